@@ -1,0 +1,52 @@
+# Criogen — run `make help` for the targets.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+PG_URL ?= postgres://postgres@127.0.0.1:5432/test
+export PYTHONDONTWRITEBYTECODE := 1
+
+.DEFAULT_GOAL := help
+
+help: ## Show this help
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]"
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install Criogen with its dev tools
+
+migrate: install ## Apply database migrations (DATABASE_URL, default: ./db.sqlite3)
+	$(BIN)/python manage.py migrate --noinput
+
+demo: migrate ## Start the dashboard with demo data on http://127.0.0.1:8000
+	$(BIN)/python manage.py runserver 127.0.0.1:8000
+
+check: install ## Django checks, migrations up to date, import boundaries
+	$(BIN)/python manage.py check --fail-level WARNING
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/lint-imports
+
+lint: install ## ruff (lint + format check)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+lint-imports: install ## The engine imports no Django (import-linter)
+	$(BIN)/lint-imports
+
+fmt: install ## Format the code
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: install check ## Run the whole test suite (SQLite, PostgreSQL, memory)
+	$(BIN)/pytest -q -p no:randomly tests/test_boundaries.py
+	$(BIN)/pytest -q
+
+bench: install ## Run the benchmarks and print their figures
+	$(BIN)/python bench/engine.py
+
+.PHONY: help install migrate demo check lint lint-imports fmt test bench

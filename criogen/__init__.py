@@ -1,0 +1,39 @@
+"""Criogen: run AI agents and workflows durably, with a person in the loop.
+
+Usable from a plain script (no Django settings needed)::
+
+    from criogen import Workflow, Storage, START, END, suspend
+"""
+
+from __future__ import annotations
+
+from criogen.engine.checkpoints import Checkpoint
+from criogen.engine.errors import CriogenError
+from criogen.engine.workflows import (
+    END,
+    START,
+    CompiledWorkflow,
+    NodeContext,
+    RunResult,
+    Workflow,
+    WorkflowThread,
+    suspend,
+)
+from criogen.storage.base import Storage
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "END",
+    "START",
+    "Checkpoint",
+    "CompiledWorkflow",
+    "CriogenError",
+    "NodeContext",
+    "RunResult",
+    "Storage",
+    "Workflow",
+    "WorkflowThread",
+    "__version__",
+    "suspend",
+]

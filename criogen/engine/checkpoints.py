@@ -1,0 +1,182 @@
+"""Checkpoints: the saved state of a run at one moment, and snapshots of them.
+
+A thread is a line of checkpoints, version 1, 2, 3… (one per write, per thread); the
+newest is the head. Storage keeps each checkpoint with only what changed since its
+parent (see :mod:`criogen.engine.state`), and rebuilds ``state`` when it is read.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, NewType
+
+from criogen.engine.errors import InvalidSnapshot
+from criogen.engine.state import Delta
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointId",
+    "CheckpointWrite",
+    "RunId",
+    "Source",
+    "Status",
+    "ThreadId",
+    "from_snapshot",
+    "new_id",
+    "to_snapshot",
+]
+
+ThreadId = NewType("ThreadId", str)
+RunId = NewType("RunId", str)
+CheckpointId = NewType("CheckpointId", str)
+
+Source = Literal["input", "step", "suspend", "failure", "fork"]
+Status = Literal["in_progress", "suspended", "completed", "failed"]
+
+SOURCES: tuple[str, ...] = ("input", "step", "suspend", "failure", "fork")
+STATUSES: tuple[str, ...] = ("in_progress", "suspended", "completed", "failed")
+SNAPSHOT_FORMAT = 1
+
+
+def new_id() -> str:
+    """A new random UUID as a string (checkpoint and run ids)."""
+    return str(uuid.uuid4())
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The saved state of a run at one moment, with what is needed to continue it."""
+
+    id: CheckpointId
+    """Random UUID (string)."""
+    thread_id: ThreadId
+    """The thread this checkpoint belongs to."""
+    run_id: RunId | None
+    """The run that wrote it (``None`` for a fork written by rewind outside a run)."""
+    version: int
+    """1 for the first checkpoint of the thread, +1 for every write after it."""
+    source: Source
+    """Why it was written: ``input``, ``step``, ``suspend``, ``failure`` or ``fork``."""
+    status: Status
+    """``in_progress``, ``suspended``, ``completed`` or ``failed``."""
+    state: dict[str, Any]
+    """The whole state (JSON object) at this moment. Do not modify it."""
+    next: tuple[str, ...] = ()
+    """The nodes (or agent phase) that run next; empty when completed."""
+    interrupts: tuple[dict[str, Any], ...] = ()
+    """Pending suspensions, each ``{"id", "node", "reason", "payload", …}``."""
+    tasks: dict[str, Any] = field(default_factory=dict)
+    """Work finished inside the step that stopped (``done`` writes, ``resumes`` given)."""
+    error: dict[str, Any] | None = None
+    """For a failure: ``{"type", "message", "node", "traceback"}``."""
+    parent_id: CheckpointId | None = None
+    """The checkpoint this one follows (for a fork: the checkpoint it copies)."""
+    created_at: datetime = field(default_factory=utcnow)
+    """When it was written (UTC)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Free JSON about the write (``step``, ``writes``, ``actor``…)."""
+    value_versions: dict[str, int] = field(default_factory=dict)
+    """Storage bookkeeping: for each key, the version whose write holds its value."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The checkpoint as plain JSON (``created_at`` as ISO 8601)."""
+        data = asdict(self)
+        data["next"] = list(self.next)
+        data["interrupts"] = list(self.interrupts)
+        data["created_at"] = self.created_at.isoformat()
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointWrite:
+    """One checkpoint as the engine hands it to storage: the checkpoint and its delta."""
+
+    checkpoint: Checkpoint
+    """What to store; ``checkpoint.state`` is for the caller, storage stores ``delta``."""
+    delta: Delta
+    """What changed since ``after``'s state; keys not in it keep their value version."""
+    after: int
+    """The head version this write expects (normally ``checkpoint.version - 1``)."""
+    prev_versions: dict[str, int]
+    """For each appended key, the value version its items are appended to."""
+
+
+def to_snapshot(checkpoint: Checkpoint) -> dict[str, Any]:
+    """A checkpoint as a self-contained, plain-JSON snapshot (``result.snapshot``)."""
+    data = checkpoint.to_dict()
+    data.pop("value_versions")
+    return {"criogen_snapshot": SNAPSHOT_FORMAT, "checkpoint": data}
+
+
+def from_snapshot(snapshot: Any) -> Checkpoint:
+    """Rebuild the checkpoint of a snapshot made by :func:`to_snapshot`.
+
+    Raises :class:`InvalidSnapshot` naming the first field that is missing or wrong.
+    """
+    if not isinstance(snapshot, dict) or snapshot.get("criogen_snapshot") != SNAPSHOT_FORMAT:
+        raise InvalidSnapshot(
+            "not a Criogen snapshot: pass the dict from result.snapshot or error.snapshot "
+            f"(it has 'criogen_snapshot': {SNAPSHOT_FORMAT}).",
+            field="criogen_snapshot",
+        )
+    data = snapshot.get("checkpoint")
+    if not isinstance(data, dict):
+        raise InvalidSnapshot("snapshot['checkpoint'] must be an object.", field="checkpoint")
+
+    def need(name: str, kind: type | tuple[type, ...]) -> Any:
+        value = data.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+            raise InvalidSnapshot(
+                f"snapshot['checkpoint'][{name!r}] is missing or has the wrong type.",
+                field=f"checkpoint.{name}",
+            )
+        return value
+
+    try:
+        uuid.UUID(need("id", str))
+        created_at = datetime.fromisoformat(need("created_at", str))
+    except ValueError as exc:
+        raise InvalidSnapshot(f"snapshot has a malformed id or time: {exc}.") from exc
+    source = need("source", str)
+    status = need("status", str)
+    if source not in SOURCES or status not in STATUSES:
+        raise InvalidSnapshot(
+            f"snapshot has source {source!r} / status {status!r}, which Criogen never writes.",
+            field="checkpoint.status",
+        )
+    version = need("version", int)
+    if version < 1:
+        raise InvalidSnapshot("snapshot version must be 1 or more.", field="checkpoint.version")
+    from criogen.engine.state import check_json
+
+    state = need("state", dict)
+    try:
+        check_json(state, "snapshot state")
+    except Exception as exc:
+        raise InvalidSnapshot(str(exc), field="checkpoint.state") from exc
+    error = data.get("error")
+    run_id = data.get("run_id")
+    parent_id = data.get("parent_id")
+    return Checkpoint(
+        id=CheckpointId(data["id"]),
+        thread_id=ThreadId(need("thread_id", str)),
+        run_id=RunId(run_id) if isinstance(run_id, str) else None,
+        version=version,
+        source=source,  # type: ignore[arg-type]
+        status=status,  # type: ignore[arg-type]
+        state=state,
+        next=tuple(need("next", list)),
+        interrupts=tuple(need("interrupts", list)),
+        tasks=need("tasks", dict),
+        error=error if isinstance(error, dict) else None,
+        parent_id=CheckpointId(parent_id) if isinstance(parent_id, str) else None,
+        created_at=created_at,
+        metadata=need("metadata", dict),
+    )

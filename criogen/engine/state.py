@@ -1,0 +1,158 @@
+"""State: a JSON object with string keys, merged after each step by per-key reducers.
+
+A node returns the keys it changes. Each key has a reducer: ``overwrite`` (the
+default), ``append`` (lists grow), or a callable ``(old, new) -> value``. What a step
+changed is kept as a :class:`Delta`, so storage writes only what changed: an
+overwritten key stores its new value once, an appended key stores only the new items.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from criogen.engine.errors import InvalidArgument, InvalidState
+
+__all__ = ["Change", "Delta", "Reducer", "Reducers", "apply_update", "check_json", "compose"]
+
+Reducer = Literal["overwrite", "append"] | Callable[[Any, Any], Any]
+Reducers = Mapping[str, Reducer]
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What one step did to one key."""
+
+    op: Literal["set", "append"]
+    """``set``: the key now holds ``value``; ``append``: ``value`` (a list) was added."""
+    value: Any
+    """The new value (``set``) or the appended items (``append``); plain JSON."""
+
+
+Delta = dict[str, Change]
+"""Key -> what changed; keys that did not change are absent."""
+
+
+def check_json(value: Any, where: str) -> None:
+    """Raise :class:`InvalidState` unless ``value`` is plain JSON (no NaN, string keys).
+
+    ``where`` names the key in the message, e.g. ``state['steps'][2]``.
+    """
+    if isinstance(value, _JSON_SCALARS):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidState(
+                f"{where} is {value!r}: JSON has no NaN or Infinity; store null or a string.",
+                key=where,
+            )
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            check_json(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise InvalidState(
+                    f"{where} has the key {k!r} of type {type(k).__name__}: "
+                    "state keys must be strings.",
+                    key=where,
+                )
+            check_json(item, f"{where}[{k!r}]")
+        return
+    raise InvalidState(
+        f"{where} is a {type(value).__name__}, which is not JSON: "
+        "use str, int, float, bool, None, list or dict.",
+        key=where,
+    )
+
+
+def check_reducers(reducers: Reducers) -> dict[str, Reducer]:
+    """Validate a reducers mapping given to Workflow/Agent; return a copy."""
+    checked: dict[str, Reducer] = {}
+    for key, reducer in reducers.items():
+        if not isinstance(key, str):
+            raise InvalidArgument(f"reducer key {key!r} must be a string.", field="reducers")
+        if reducer not in ("overwrite", "append") and not callable(reducer):
+            raise InvalidArgument(
+                f"reducers[{key!r}] is {reducer!r}: use 'overwrite', 'append' or a callable "
+                "(old, new) -> value.",
+                field="reducers",
+            )
+        checked[key] = reducer
+    return checked
+
+
+def apply_update(
+    state: dict[str, Any], update: Any, reducers: Reducers, *, origin: str
+) -> tuple[dict[str, Any], Delta]:
+    """Merge ``update`` into ``state`` and return ``(new_state, delta)``.
+
+    ``state`` is not modified (a new dict is returned; unchanged values are shared), so
+    checkpoints already handed out never change. ``origin`` names who produced the update
+    (a node name, ``input``) for error messages. Raises :class:`InvalidState` — before
+    anything is merged — when ``update`` is not a JSON object with string keys.
+    """
+    if update is None:
+        return state, {}
+    if not isinstance(update, Mapping):
+        raise InvalidState(
+            f"{origin} returned a {type(update).__name__}; return a dict of the state keys "
+            "it changes (or None).",
+            origin=origin,
+        )
+    for key, value in update.items():
+        if not isinstance(key, str):
+            raise InvalidState(
+                f"{origin} returned the key {key!r} of type {type(key).__name__}: "
+                "state keys must be strings.",
+                key=repr(key),
+                origin=origin,
+            )
+        check_json(value, f"state[{key!r}]")
+    # A round trip through JSON gives the node's update its own copy: a node that
+    # mutates what it returned later cannot change a checkpoint.
+    update = json.loads(json.dumps(update))
+    new_state = dict(state)
+    delta: Delta = {}
+    for key, value in update.items():
+        reducer = reducers.get(key, "overwrite")
+        if reducer == "overwrite":
+            new_state[key] = value
+            delta[key] = Change("set", value)
+        elif reducer == "append":
+            items = value if isinstance(value, list) else [value]
+            old = state.get(key)
+            if old is None:
+                old = []
+            elif not isinstance(old, list):
+                raise InvalidState(
+                    f"state[{key!r}] uses the append reducer but holds a "
+                    f"{type(old).__name__}, not a list.",
+                    key=key,
+                    origin=origin,
+                )
+            new_state[key] = old + items
+            delta[key] = Change("append", items) if key in state else Change("set", old + items)
+        else:
+            merged = reducer(state.get(key), value)
+            check_json(merged, f"state[{key!r}] (after its reducer)")
+            new_state[key] = merged
+            delta[key] = Change("set", merged)
+    return new_state, delta
+
+
+def compose(first: Delta, then: Delta) -> Delta:
+    """One delta with the effect of ``first`` followed by ``then``."""
+    out = dict(first)
+    for key, change in then.items():
+        before = out.get(key)
+        if change.op == "append" and before is not None:
+            out[key] = Change(before.op, before.value + change.value)
+        else:
+            out[key] = change
+    return out

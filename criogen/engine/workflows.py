@@ -1,0 +1,768 @@
+"""Workflows: a graph of nodes over a JSON state, run durably, that may pause for a person.
+
+::
+
+    wf = Workflow(reducers={"steps": "append"})
+    wf.add_node("fetch", fetch)                 # fn(state) -> dict of changed keys
+    wf.add_edge(START, "fetch")
+    wf.add_conditional_edges("fetch", route)    # route(state) -> node name, list, or END
+    app = wf.compile(storage=Storage("sqlite://ops.db"))
+    result = app.thread("ticket-7").run({"order": 42})
+
+A run goes in *steps*: every node named in ``next`` runs (async nodes of one step run
+concurrently), their updates are merged in order, and the edges of the nodes that ran
+give the next ``next``. A checkpoint is written after every step. Inside a node,
+``suspend(reason, payload)`` pauses the run; ``resume(value)`` runs that node again and
+``suspend`` returns ``value`` this time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import traceback
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, NoReturn
+
+from criogen.engine.checkpoints import (
+    Checkpoint,
+    CheckpointWrite,
+    ThreadId,
+    from_snapshot,
+    new_id,
+    to_snapshot,
+)
+from criogen.engine.errors import (
+    CriogenError,
+    InvalidArgument,
+    InvalidGraph,
+    InvalidSnapshot,
+    InvalidState,
+    MaxStepsExceeded,
+    NothingToRetry,
+    NotSuspended,
+    RunFailed,
+    ThreadInterrupted,
+    ThreadSuspended,
+)
+from criogen.engine.runner import (
+    DEFAULT_BUSY_TIMEOUT,
+    DEFAULT_LEASE_SECONDS,
+    ActiveRun,
+    Durability,
+    OnBusy,
+    check_durability,
+    check_on_busy,
+)
+from criogen.engine.state import (
+    Change,
+    Delta,
+    Reducers,
+    apply_update,
+    check_json,
+    check_reducers,
+    compose,
+)
+
+__all__ = [
+    "END",
+    "START",
+    "CompiledWorkflow",
+    "NodeContext",
+    "RunResult",
+    "Workflow",
+    "WorkflowThread",
+    "suspend",
+]
+
+START = "__start__"
+"""The virtual node a run starts from: ``add_edge(START, "first")``."""
+END = "__end__"
+"""The virtual node that ends a run: a route returns ``END`` to stop."""
+
+Node = Callable[..., Mapping[str, Any] | None | Awaitable[Mapping[str, Any] | None]]
+Route = Callable[[dict[str, Any]], str | Sequence[str]]
+
+
+# -- suspend ---------------------------------------------------------------------------
+
+
+class _Suspend(BaseException):
+    """Raised by suspend() to stop the node; BaseException so ``except Exception`` in
+    user code does not swallow it."""
+
+    def __init__(self, reason: str, payload: Any, extra: dict[str, Any]) -> None:
+        super().__init__(reason)
+        self.reason, self.payload, self.extra = reason, payload, extra
+
+
+@dataclass
+class NodeContext:
+    """What a node may know about the run it is part of (its optional 2nd argument)."""
+
+    thread_id: str
+    """The thread the run is on."""
+    run_id: str
+    """The run."""
+    node: str
+    """The node being run."""
+    step: int
+    """The step number within the thread (the version of the checkpoint it follows)."""
+    resumes: list[Any] = field(default_factory=list)
+    """Values given by resume() to this node's suspend() calls, in order."""
+    calls: int = 0
+    """How many times suspend() was called in this execution of the node."""
+
+
+_current: contextvars.ContextVar[NodeContext | None] = contextvars.ContextVar(
+    "criogen_node", default=None
+)
+
+
+def suspend(reason: str, payload: Any = None, **extra: Any) -> Any:
+    """Pause the run for a person; return the value they resume it with.
+
+    The first time a node calls ``suspend`` the run stops with a ``suspend``
+    checkpoint. ``thread.resume(value)`` runs the node again from its start, and this
+    call returns ``value``. A node may call ``suspend`` several times; each call gets
+    the value of its own resume, in order. Code before ``suspend`` runs again on resume,
+    so keep side effects after it.
+
+    Args:
+        reason: short text shown to operators ("approve refund").
+        payload: JSON shown with it (what to approve, a question…).
+        extra: more JSON kept on the interrupt (``deadline``, ``default``…).
+    """
+    ctx = _current.get()
+    if ctx is None:
+        raise InvalidArgument(
+            "suspend() was called outside a workflow node; call it only inside a node.",
+            field="suspend",
+        )
+    index = ctx.calls
+    ctx.calls += 1
+    if index < len(ctx.resumes):
+        return ctx.resumes[index]
+    check_json(payload, "suspend payload")
+    check_json(extra, "suspend options")
+    raise _Suspend(reason, payload, extra)
+
+
+# -- results ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended, when it did not fail (a failure raises RunFailed)."""
+
+    status: Literal["completed", "suspended"]
+    """``completed``, or ``suspended`` waiting for resume()."""
+    state: dict[str, Any]
+    """The state at the end of the run."""
+    checkpoint: Checkpoint
+    """The last checkpoint written (the thread's head)."""
+    thread_id: str
+    """The thread the run was on."""
+    run_id: str
+    """The run's id (also on its checkpoints)."""
+
+    @property
+    def interrupts(self) -> list[dict[str, Any]]:
+        """The pending suspensions: ``{"id", "node", "reason", "payload", …}``."""
+        return list(self.checkpoint.interrupts)
+
+    @property
+    def snapshot(self) -> dict[str, Any]:
+        """The final checkpoint as plain JSON; ``app.resume(snapshot, value)`` continues it."""
+        return to_snapshot(self.checkpoint)
+
+
+# -- the graph -------------------------------------------------------------------------
+
+
+@dataclass
+class _NodeSpec:
+    name: str
+    fn: Node
+    is_async: bool
+    takes_context: bool
+
+
+class Workflow:
+    """A graph of nodes to compile and run. Build it once, at import time."""
+
+    def __init__(self, *, reducers: Reducers | None = None, name: str = "workflow") -> None:
+        self.name = name
+        self.reducers = check_reducers(reducers or {})
+        self.nodes: dict[str, _NodeSpec] = {}
+        self.edges: dict[str, list[str]] = {}
+        self.routes: dict[str, list[tuple[Route, dict[str, str] | None]]] = {}
+
+    def add_node(self, name: str, fn: Node) -> Workflow:
+        """Add a node: ``fn(state)`` or ``fn(state, ctx)``, sync or async, returning
+        a dict of the keys it changes (or None)."""
+        if not isinstance(name, str) or not name or name in (START, END):
+            raise InvalidGraph(f"node name {name!r} is not allowed.", node=name)
+        if name in self.nodes:
+            raise InvalidGraph(f"node {name!r} is already in the workflow.", node=name)
+        if not callable(fn):
+            raise InvalidGraph(f"node {name!r} must be a function.", node=name)
+        try:
+            params = [
+                p
+                for p in inspect.signature(fn).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+        except (TypeError, ValueError):
+            params = []
+        self.nodes[name] = _NodeSpec(
+            name, fn, inspect.iscoroutinefunction(fn), takes_context=len(params) >= 2
+        )
+        return self
+
+    def add_edge(self, source: str, target: str) -> Workflow:
+        """After ``source`` runs, ``target`` runs (in the next step)."""
+        self.edges.setdefault(source, []).append(target)
+        return self
+
+    def add_conditional_edges(
+        self, source: str, route: Route, path_map: Mapping[str, str] | None = None
+    ) -> Workflow:
+        """After ``source`` runs, ``route(state)`` names what runs next: a node, a list
+        of nodes, or ``END``. ``path_map`` translates route values to node names."""
+        if not callable(route):
+            raise InvalidGraph(f"the route of {source!r} must be a function.", node=source)
+        self.routes.setdefault(source, []).append((route, dict(path_map or {}) or None))
+        return self
+
+    def set_entry_point(self, node: str) -> Workflow:
+        """Same as ``add_edge(START, node)``."""
+        return self.add_edge(START, node)
+
+    def compile(
+        self,
+        *,
+        storage: Any = None,
+        durability: Durability = "async",
+        on_busy: OnBusy = "wait",
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_steps: int = 1000,
+    ) -> CompiledWorkflow:
+        """Check the graph and bind it to a storage (default: its own in-memory one)."""
+        self._check()
+        if storage is None:
+            from criogen.storage.memory import MemoryStorage
+
+            storage = MemoryStorage()
+        return CompiledWorkflow(
+            self,
+            storage=storage,
+            durability=check_durability(durability),
+            on_busy=check_on_busy(on_busy),
+            busy_timeout=busy_timeout,
+            lease_seconds=lease_seconds,
+            max_steps=max_steps,
+        )
+
+    def _check(self) -> None:
+        if not self.nodes:
+            raise InvalidGraph("the workflow has no nodes; add_node() first.")
+        if START not in self.edges and START not in self.routes:
+            raise InvalidGraph("nothing starts the workflow: add_edge(START, 'first_node').")
+        for source, targets in self.edges.items():
+            if source != START and source not in self.nodes:
+                raise InvalidGraph(f"edge from unknown node {source!r}.", node=source)
+            for target in targets:
+                if target != END and target not in self.nodes:
+                    raise InvalidGraph(f"edge from {source!r} to unknown node {target!r}.")
+        for source in self.routes:
+            if source != START and source not in self.nodes:
+                raise InvalidGraph(f"conditional edges from unknown node {source!r}.")
+
+    def successors(self, source: str, state: dict[str, Any]) -> list[str]:
+        """The nodes that run after ``source`` given the merged state (END dropped)."""
+        out = list(self.edges.get(source, ()))
+        for route, path_map in self.routes.get(source, ()):
+            chosen = route(state)
+            names = [chosen] if isinstance(chosen, str) else list(chosen)
+            for name in names:
+                target = path_map.get(name, name) if path_map else name
+                if target != END and target not in self.nodes:
+                    raise InvalidGraph(
+                        f"the route after {source!r} returned {name!r}, which is not a node.",
+                        node=source,
+                    )
+                out.append(target)
+        return [t for t in out if t != END]
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+class CompiledWorkflow:
+    """A workflow bound to a storage: runs threads of it."""
+
+    def __init__(
+        self,
+        graph: Workflow,
+        *,
+        storage: Any,
+        durability: Durability,
+        on_busy: OnBusy,
+        busy_timeout: float,
+        lease_seconds: float,
+        max_steps: int,
+    ) -> None:
+        self.graph = graph
+        self.storage = storage
+        self.durability = durability
+        self.on_busy = on_busy
+        self.busy_timeout = busy_timeout
+        self.lease_seconds = lease_seconds
+        self.max_steps = max_steps
+
+    @property
+    def name(self) -> str:
+        """The workflow's name."""
+        return self.graph.name
+
+    def thread(self, thread_id: str) -> WorkflowThread:
+        """The thread with this id (created by its first run)."""
+        if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 255:
+            raise InvalidArgument(
+                f"thread id {thread_id!r} must be 1–255 characters, not all blank.",
+                field="thread_id",
+            )
+        return WorkflowThread(self, ThreadId(thread_id))
+
+    def run(self, input: Mapping[str, Any] | None = None, **options: Any) -> RunResult:
+        """Run once on a fresh thread (a new UUID). Options as for WorkflowThread.run."""
+        return self.thread(new_id()).run(input, **options)
+
+    def resume(self, snapshot: dict[str, Any], value: Any = None, **options: Any) -> RunResult:
+        """Continue the run a snapshot was taken of: resume it with ``value`` if it is
+        suspended, retry it if it failed or was interrupted.
+
+        The snapshot's thread is created in this workflow's storage if it is not there;
+        if it is there it must not have moved on since the snapshot was taken.
+        """
+        checkpoint = from_snapshot(snapshot)
+        thread = self.thread(checkpoint.thread_id)
+        mode = "resume" if checkpoint.status == "suspended" else "retry"
+        if checkpoint.status == "completed":
+            raise InvalidSnapshot(
+                "the snapshot is of a completed run; start a new one with run().",
+                field="checkpoint.status",
+            )
+        return thread._go(mode, value=value, snapshot=checkpoint, **options)
+
+    async def arun(self, input: Mapping[str, Any] | None = None, **options: Any) -> RunResult:
+        """``run`` from async code (the run goes on a worker thread)."""
+        return await asyncio.to_thread(self.run, input, **options)
+
+
+class WorkflowThread:
+    """One thread of a workflow: its runs, its head and its history."""
+
+    def __init__(self, app: CompiledWorkflow, thread_id: ThreadId) -> None:
+        self.app = app
+        self.id = thread_id
+
+    def __repr__(self) -> str:
+        return f"<WorkflowThread {self.id!r} of {self.app.name!r}>"
+
+    # -- reading ------------------------------------------------------------------------
+
+    @property
+    def head(self) -> Checkpoint | None:
+        """The newest checkpoint, or None before the first run."""
+        return self.app.storage.head(self.id)  # type: ignore[no-any-return]
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The state at the head ({} before the first run)."""
+        head = self.head
+        return head.state if head else {}
+
+    def history(self, limit: int | None = None, *, before: int | None = None) -> list[Checkpoint]:
+        """Checkpoints, newest first; ``before`` a version to page back from."""
+        return self.app.storage.history(self.id, limit=limit, before=before)  # type: ignore[no-any-return]
+
+    def checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        """One checkpoint of this thread. Raises CheckpointNotFound."""
+        return self.app.storage.get_checkpoint(self.id, checkpoint_id)  # type: ignore[no-any-return]
+
+    # -- running ------------------------------------------------------------------------
+
+    def run(self, input: Mapping[str, Any] | None = None, **options: Any) -> RunResult:
+        """Start a new turn with ``input`` merged into the state.
+
+        Options: ``durability``, ``on_busy``, ``busy_timeout``, ``run_id``, ``metadata``.
+        Raises ThreadSuspended (head suspended: resume it), ThreadInterrupted (a run
+        died mid-way: retry it), ThreadBusy, InvalidState, RunFailed.
+        """
+        if input is not None:
+            # Validate before taking the thread, so bad input changes nothing.
+            apply_update({}, input, {}, origin="input")
+        return self._go("turn", input=input, **options)
+
+    def resume(self, value: Any = None, **options: Any) -> RunResult:
+        """Answer the pending suspension: the suspended node runs again and its
+        ``suspend()`` returns ``value``. With several pending, pass
+        ``{interrupt_id: value, …}``."""
+        check_json(value, "resume value")
+        return self._go("resume", value=value, **options)
+
+    def retry(self, **options: Any) -> RunResult:
+        """Continue a failed or interrupted turn from its last checkpoint."""
+        return self._go("retry", **options)
+
+    def rewind(self, checkpoint_id: str, **options: Any) -> Checkpoint:
+        """Write a ``fork`` checkpoint with the state of an earlier one; the next call
+        continues from it. History keeps everything (nothing is deleted)."""
+        with self._active(**options) as active:
+            target = self.app.storage.get_checkpoint(self.id, checkpoint_id)
+            checkpoint = active.write(
+                source="fork",
+                status=target.status,
+                state=target.state,
+                delta={},
+                next=target.next,
+                interrupts=target.interrupts,
+                tasks=target.tasks,
+                metadata={"forked_from": target.id, "forked_version": target.version},
+                value_versions=dict(target.value_versions),
+                final=True,
+            )
+        assert checkpoint is not None
+        return checkpoint
+
+    def _active(
+        self,
+        *,
+        durability: Durability | None = None,
+        on_busy: OnBusy | None = None,
+        busy_timeout: float | None = None,
+        run_id: str | None = None,
+    ) -> ActiveRun:
+        app = self.app
+        return ActiveRun(
+            app.storage,
+            self.id,
+            run_id=run_id,
+            durability=check_durability(durability or app.durability),
+            on_busy=check_on_busy(on_busy or app.on_busy),
+            busy_timeout=app.busy_timeout if busy_timeout is None else busy_timeout,
+            lease_seconds=app.lease_seconds,
+        )
+
+    def _go(
+        self,
+        mode: Literal["turn", "resume", "retry"],
+        *,
+        input: Mapping[str, Any] | None = None,
+        value: Any = None,
+        snapshot: Checkpoint | None = None,
+        metadata: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> RunResult:
+        with self._active(**options) as active:
+            head = active.head
+            if snapshot is not None:
+                head = _adopt_snapshot(active, head, snapshot)
+            return _Execution(self.app, active, metadata or {}).start(mode, head, input, value)
+
+
+def _adopt_snapshot(active: ActiveRun, head: Checkpoint | None, snap: Checkpoint) -> Checkpoint:
+    """Make the snapshot's checkpoint the head: import it, or check it is the head."""
+    if head is not None:
+        if head.id != snap.id:
+            raise InvalidSnapshot(
+                f"thread {snap.thread_id!r} has moved on since this snapshot (head "
+                f"v{head.version}, snapshot v{snap.version}); use the thread instead.",
+                field="checkpoint.id",
+            )
+        return head
+    delta = {key: Change("set", value) for key, value in snap.state.items()}
+    imported = replace(snap, value_versions={key: snap.version for key in snap.state})
+    active.storage.write([CheckpointWrite(imported, delta, 0, {})], lease_id=active.run_id)
+    active.start_from(imported)
+    return imported
+
+
+
+
+class _Execution:
+    """One run's walk through the graph, step by step."""
+
+    def __init__(self, app: CompiledWorkflow, active: ActiveRun, metadata: dict[str, Any]):
+        self.app = app
+        self.graph = app.graph
+        self.active = active
+        self.metadata = metadata
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(
+        self,
+        mode: Literal["turn", "resume", "retry"],
+        head: Checkpoint | None,
+        input: Mapping[str, Any] | None,
+        value: Any,
+    ) -> RunResult:
+        thread_id = self.active.thread_id
+        status = head.status if head else None
+        try:
+            if mode == "turn":
+                if status == "suspended":
+                    raise ThreadSuspended(
+                        f"thread {thread_id!r} is suspended waiting for a person; "
+                        "resume() it (or rewind) before starting a new turn.",
+                        thread_id=thread_id,
+                    )
+                if status == "in_progress" and head and head.source != "fork":
+                    raise ThreadInterrupted(
+                        f"thread {thread_id!r} stopped mid-run (its process died); "
+                        "call retry() to continue it.",
+                        thread_id=thread_id,
+                    )
+                state = head.state if head else {}
+                state, delta = apply_update(state, input, self.graph.reducers, origin="input")
+                nxt = self.graph.successors(START, state)
+                self.active.write(
+                    source="input",
+                    status="in_progress" if nxt else "completed",
+                    state=state,
+                    delta=delta,
+                    next=nxt,
+                    metadata={**self.metadata, "step": 0},
+                    final=not nxt,
+                )
+                return self._steps(state, nxt, {})
+            assert head is not None or mode != "resume" or status is None
+            if mode == "resume":
+                if status != "suspended" or head is None:
+                    raise NotSuspended(
+                        f"thread {thread_id!r} is not suspended (its head is "
+                        f"{status or 'empty'}); there is nothing to resume.",
+                        thread_id=thread_id,
+                    )
+                return self._steps(head.state, list(head.next), self._resumed(head, value))
+            if head is None or status not in ("failed", "in_progress"):
+                raise NothingToRetry(
+                    f"thread {thread_id!r} has no failed or interrupted turn to retry "
+                    f"(its head is {status or 'empty'}).",
+                    thread_id=thread_id,
+                )
+            return self._steps(head.state, list(head.next), dict(head.tasks))
+        finally:
+            if self._loop is not None:
+                self._loop.close()
+
+    def _resumed(self, head: Checkpoint, value: Any) -> dict[str, Any]:
+        tasks = {
+            "done": dict(head.tasks.get("done", {})),
+            "resumes": {k: list(v) for k, v in head.tasks.get("resumes", {}).items()},
+        }
+        pending = list(head.interrupts)
+        if len(pending) == 1:
+            answers = {pending[0]["id"]: value}
+        elif isinstance(value, dict) and value and set(value) <= {i["id"] for i in pending}:
+            answers = value
+        else:
+            raise InvalidArgument(
+                f"{len(pending)} suspensions are pending; resume with "
+                "{interrupt_id: value, …} naming them (see result.interrupts).",
+                field="value",
+            )
+        for interrupt in pending:
+            if interrupt["id"] in answers:
+                tasks["resumes"].setdefault(interrupt["node"], []).append(answers[interrupt["id"]])
+        return tasks
+
+    def _steps(self, state: dict[str, Any], nxt: list[str], tasks: dict[str, Any]) -> RunResult:
+        active = self.active
+        done: dict[str, Any] = dict(tasks.get("done", {}))
+        resumes: dict[str, list[Any]] = {k: list(v) for k, v in tasks.get("resumes", {}).items()}
+        steps = 0
+        while nxt:
+            steps += 1
+            if steps > self.app.max_steps:
+                limit = self.app.max_steps
+                exc = MaxStepsExceeded(
+                    f"the run took more than {limit} steps without ending; check the "
+                    "routes for a loop, or compile with a higher max_steps.",
+                    max_steps=limit,
+                )
+                self._fail(state, nxt, done, resumes, None, exc)
+            outcomes = self._run_step(state, nxt, done, resumes)
+            suspended = [(n, o) for n, o in outcomes.items() if isinstance(o, _Suspend)]
+            failed = [(n, o) for n, o in outcomes.items() if isinstance(o, Exception)]
+            for node, out in outcomes.items():
+                if not isinstance(out, BaseException):
+                    done[node] = out
+            if failed:
+                node, exc = failed[0]
+                self._fail(state, nxt, done, resumes, node, exc)
+            if suspended:
+                interrupts = [
+                    {
+                        "id": new_id(),
+                        "node": node,
+                        "index": len(resumes.get(node, [])),
+                        "reason": s.reason,
+                        "payload": s.payload,
+                        **s.extra,
+                    }
+                    for node, s in suspended
+                ]
+                checkpoint = active.write(
+                    source="suspend",
+                    status="suspended",
+                    state=state,
+                    delta={},
+                    next=nxt,
+                    interrupts=interrupts,
+                    tasks={"done": done, "resumes": resumes},
+                    metadata={**self.metadata, "step": active._tip_version},
+                    final=True,
+                )
+                assert checkpoint is not None
+                return self._result("suspended", state, checkpoint)
+            delta: Delta = {}
+            new_state = state
+            for node in nxt:
+                try:
+                    new_state, node_delta = apply_update(
+                        new_state, done[node], self.graph.reducers, origin=f"node {node!r}"
+                    )
+                except InvalidState as exc:
+                    done.pop(node)  # its update is not kept: retry() runs it again
+                    self._fail(state, nxt, done, resumes, node, exc)
+                delta = compose(delta, node_delta)
+            following: list[str] = []
+            try:
+                for node in nxt:
+                    for target in self.graph.successors(node, new_state):
+                        if target not in following:
+                            following.append(target)
+            except Exception as exc:  # noqa: BLE001 - a broken route fails the run
+                self._fail(state, nxt, done, resumes, None, exc)
+            state, nxt, done, resumes = new_state, following, {}, {}
+            checkpoint = active.write(
+                source="step",
+                status="in_progress" if nxt else "completed",
+                state=state,
+                delta=delta,
+                next=nxt,
+                metadata={**self.metadata, "step": active._tip_version + 1},
+                final=not nxt,
+            )
+        last = active.last
+        assert last is not None
+        return self._result("completed", state, last)
+
+    def _result(self, status: Any, state: dict[str, Any], checkpoint: Checkpoint) -> RunResult:
+        return RunResult(status, state, checkpoint, self.active.thread_id, self.active.run_id)
+
+    def _run_step(
+        self,
+        state: dict[str, Any],
+        nodes: list[str],
+        done: dict[str, Any],
+        resumes: dict[str, list[Any]],
+    ) -> dict[str, Any]:
+        """Run the step's nodes that have not run yet; map node -> update or exception."""
+        outcomes: dict[str, Any] = {}
+        todo = [n for n in nodes if n not in done]
+        async_nodes = [n for n in todo if self.graph.nodes[n].is_async]
+        for name in todo:
+            if name in async_nodes:
+                continue
+            outcomes[name] = self._call(name, state, resumes)
+        if async_nodes:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            results = self._loop.run_until_complete(
+                asyncio.gather(*(self._acall(n, state, resumes) for n in async_nodes))
+            )
+            outcomes.update(zip(async_nodes, results, strict=True))
+        return {n: outcomes[n] for n in todo}
+
+    def _context(self, name: str, resumes: dict[str, list[Any]]) -> NodeContext:
+        return NodeContext(
+            thread_id=self.active.thread_id,
+            run_id=self.active.run_id,
+            node=name,
+            step=self.active._tip_version,
+            resumes=resumes.get(name, []),
+        )
+
+    def _call(self, name: str, state: dict[str, Any], resumes: dict[str, list[Any]]) -> Any:
+        spec = self.graph.nodes[name]
+        ctx = self._context(name, resumes)
+        token = _current.set(ctx)
+        try:
+            args = (dict(state), ctx) if spec.takes_context else (dict(state),)
+            return spec.fn(*args)
+        except (Exception, _Suspend) as exc:
+            return exc
+        finally:
+            _current.reset(token)
+
+    async def _acall(self, name: str, state: dict[str, Any], resumes: dict[str, list[Any]]) -> Any:
+        spec = self.graph.nodes[name]
+        ctx = self._context(name, resumes)
+        _current.set(ctx)  # this task runs in its own copy of the context
+        try:
+            args = (dict(state), ctx) if spec.takes_context else (dict(state),)
+            return await spec.fn(*args)  # type: ignore[misc]
+        except (Exception, _Suspend) as exc:
+            return exc
+
+    def _fail(
+        self,
+        state: dict[str, Any],
+        nxt: list[str],
+        done: dict[str, Any],
+        resumes: dict[str, list[Any]],
+        node: str | None,
+        exc: BaseException,
+    ) -> NoReturn:
+        """Write the failure checkpoint (state as before the step) and raise."""
+        code = getattr(exc, "code", None) or "node_error"
+        error = {
+            "type": type(exc).__name__,
+            "code": code,
+            "message": str(exc),
+            "node": node,
+            "traceback": "".join(traceback.format_exception(exc, limit=-8))[-4000:],
+        }
+        checkpoint = self.active.write(
+            source="failure",
+            status="failed",
+            state=state,
+            delta={},
+            next=nxt,
+            tasks={"done": done, "resumes": resumes},
+            error=error,
+            metadata={**self.metadata, "step": self.active._tip_version},
+            final=True,
+        )
+        assert checkpoint is not None
+        where = f"node {node!r}" if node else "the workflow"
+        if isinstance(exc, CriogenError):
+            failure = exc
+            failure.checkpoint = checkpoint
+            failure.snapshot = to_snapshot(checkpoint)
+            raise failure
+        raise RunFailed(
+            f"{where} raised {type(exc).__name__}: {exc}. The thread's head is now a failure "
+            "checkpoint: retry() continues from it, run() starts a new turn.",
+            checkpoint=checkpoint,
+            snapshot=to_snapshot(checkpoint),
+            thread_id=self.active.thread_id,
+            node=node,
+        ) from exc

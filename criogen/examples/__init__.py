@@ -1,0 +1,1 @@
+"""Example assistants, registered by default (see ``CRIOGEN_ASSISTANTS``)."""

@@ -1,0 +1,35 @@
+"""``steps``: START → a → b → c → END; each node appends its name and adds one to ``n``.
+
+Input ``{"n": 0}`` ends with ``{"steps": ["a", "b", "c"], "n": 3}``. ``{"sleep": s}``
+makes node b sleep ``s`` seconds and ``{"fail": true}`` makes node b raise: the API
+tests use both.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from criogen import END, START, Workflow
+
+
+def _step(name: str) -> Any:
+    def node(state: dict[str, Any]) -> dict[str, Any]:
+        if name == "b":
+            if state.get("sleep"):
+                time.sleep(float(state["sleep"]))
+            if state.get("fail"):
+                raise RuntimeError("node b failed because the input asked it to (fail=true)")
+        return {"steps": [name], "n": int(state.get("n") or 0) + 1}
+
+    node.__name__ = name
+    return node
+
+
+workflow = Workflow(reducers={"steps": "append"}, name="steps")
+for _name in ("a", "b", "c"):
+    workflow.add_node(_name, _step(_name))
+workflow.add_edge(START, "a")
+workflow.add_edge("a", "b")
+workflow.add_edge("b", "c")
+workflow.add_edge("c", END)

@@ -1,0 +1,133 @@
+"""Tables for threads and checkpoints.
+
+The engine reads and writes these tables with raw SQL on its hot path
+(:mod:`criogen.storage.orm`); the models define the schema, the migrations and the
+admin, and serve every other query. Checkpoint payloads (``body``, ``Value.data``) are
+JSON text that the engine encodes itself, and may be encrypted at rest.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+HEAD_STATUSES = [
+    ("in_progress", "in progress"),
+    ("suspended", "suspended"),
+    ("completed", "completed"),
+    ("failed", "failed"),
+]
+SOURCES = [(s, s) for s in ("input", "step", "suspend", "failure", "fork")]
+
+
+class Thread(models.Model):
+    """A named line of checkpoints; its newest checkpoint is the head."""
+
+    id = models.CharField(primary_key=True, max_length=255)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    metadata = models.JSONField(default=dict, blank=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="criogen_threads",
+    )
+    # The head, copied from the newest checkpoint in the same transaction that
+    # writes it, so that listing threads by status never reads checkpoints.
+    head_version = models.PositiveIntegerField(default=0)
+    head_id = models.CharField(max_length=36, blank=True, default="")
+    head_status = models.CharField(max_length=16, blank=True, default="", choices=HEAD_STATUSES)
+    # The run holding the thread and until when (Unix time): a lease, renewed by the
+    # run's heartbeat, so another process can tell a live run from a dead one.
+    lease_id = models.CharField(max_length=64, null=True, blank=True)
+    lease_expires = models.FloatField(default=0.0)
+
+    class Meta:
+        db_table = "criogen_thread"
+        indexes = [
+            # The inbox (suspended threads, oldest first) and "recently updated" lists.
+            models.Index(fields=["head_status", "updated_at"], name="criogen_thread_status_idx"),
+            models.Index(fields=["updated_at"], name="criogen_thread_updated_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def lease_alive(self) -> bool:
+        """Whether a run holds the thread right now."""
+        return bool(self.lease_id) and self.lease_expires > timezone.now().timestamp()
+
+    @property
+    def lease_expires_at(self) -> datetime | None:
+        """The lease's expiry as a datetime (None when no run holds it)."""
+        if not self.lease_id:
+            return None
+        return datetime.fromtimestamp(self.lease_expires, UTC)
+
+
+class Checkpoint(models.Model):
+    """One saved moment of a thread. ``(thread, version)`` is unique: that constraint is
+    what makes "one writer per thread" safe whatever the locks do."""
+
+    id = models.CharField(primary_key=True, max_length=36)
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="checkpoints")
+    version = models.PositiveIntegerField()
+    run_id = models.CharField(max_length=64, null=True, blank=True, db_index=True)
+    source = models.CharField(max_length=16, choices=SOURCES)
+    status = models.CharField(max_length=16, choices=HEAD_STATUSES)
+    parent_id = models.CharField(max_length=36, null=True, blank=True)
+    created_at = models.DateTimeField()
+    body = models.TextField(help_text="JSON: next, interrupts, tasks, error, metadata, values")
+
+    class Meta:
+        db_table = "criogen_checkpoint"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["thread", "version"], name="criogen_checkpoint_thread_version"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id} v{self.version}"
+
+    @property
+    def body_json(self) -> dict[str, Any] | None:
+        """The decoded body, or None when it is encrypted."""
+        try:
+            data = json.loads(self.body)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
+
+class Value(models.Model):
+    """A stored value of one state key: the whole value (``s``) or items appended (``a``)
+    to the row of version ``prev``. Only changed keys get a row (see storage.base)."""
+
+    thread = models.ForeignKey(
+        Thread, on_delete=models.CASCADE, related_name="state_values", db_index=False
+    )
+    state_key = models.CharField(max_length=255)
+    version = models.PositiveIntegerField()
+    kind = models.CharField(max_length=1, choices=[("s", "set"), ("a", "append")])
+    prev = models.PositiveIntegerField(null=True, blank=True)
+    data = models.TextField()
+
+    class Meta:
+        db_table = "criogen_value"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["thread", "state_key", "version"], name="criogen_value_key_version"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}.{self.state_key}@v{self.version}"

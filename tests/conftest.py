@@ -1,0 +1,93 @@
+"""Shared fixtures.
+
+Services: PostgreSQL on 127.0.0.1:5432 (database ``test``, user ``postgres``) and
+Redis on 127.0.0.1:6379. Outside CI a test that needs a missing service is skipped
+with the command that starts it; with ``CI=true`` it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from criogen import Storage
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+PG_HOST = os.environ.get("CRIOGEN_TEST_PG_HOST", "127.0.0.1")
+PG_ADMIN_URL = f"postgres://postgres@{PG_HOST}:5432/test"
+START_POSTGRES = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+START_REDIS = (
+    'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" '
+    "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log"
+)
+
+
+def need_service(name: str, available: bool, start: str) -> None:
+    """Fail (in CI) or skip (elsewhere) when a service the test needs is down."""
+    if available:
+        return
+    message = f"{name} is not running on 127.0.0.1; start it with: {start}"
+    if IN_CI:
+        pytest.fail(f"CI=true and {message}")
+    pytest.skip(message)
+
+
+def postgres_available() -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", connect_timeout=3):
+            return True
+    except psycopg.OperationalError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, dropped at the end."""
+    need_service("PostgreSQL", postgres_available(), START_POSTGRES)
+    import psycopg
+
+    name = f"criogen_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield f"postgres://postgres@{PG_HOST}:5432/{name}"
+    from django.db import connections
+
+    for alias in list(connections.settings):
+        if connections.settings[alias].get("NAME") == name:
+            connections[alias].close()
+    with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One SQLite file for the session (tests keep apart by using their own thread ids)."""
+    path: Path = tmp_path_factory.mktemp("sqlite") / "criogen.db"
+    return f"sqlite://{path}"
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def storage_url(request: pytest.FixtureRequest) -> str:
+    """Each storage backend in turn, as a URL (``memory://`` for memory)."""
+    if request.param == "memory":
+        return "memory://"
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+@pytest.fixture
+def storage(storage_url: str, django_db_blocker: object) -> Iterator[Storage]:
+    """The storage contract's subject: a Storage on each backend in turn."""
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        yield Storage(storage_url)
+
+
+@pytest.fixture
+def thread_id() -> str:
+    """A thread id no other test uses."""
+    return f"t-{uuid.uuid4()}"

@@ -106,6 +106,9 @@ class CheckpointWrite:
     """The head version this write expects (normally ``checkpoint.version - 1``)."""
     prev_versions: dict[str, int]
     """For each appended key, the value version its items are appended to."""
+    updates: dict[str, Any] | None = None
+    """What each node of the step returned, ``{node: update}``; not stored, only passed
+    to listeners (streaming ``updates`` mode)."""
 
 
 def to_snapshot(checkpoint: Checkpoint) -> dict[str, Any]:

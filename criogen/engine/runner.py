@@ -162,6 +162,7 @@ class _BackgroundWriter:
                     return
             try:
                 self._storage.write(batch, lease_id=self._lease_id)
+                self._storage.notify(batch)
             except BaseException as exc:  # noqa: BLE001 - handed to the run's thread
                 with self._lock:
                     self._error = exc
@@ -292,13 +293,15 @@ class ActiveRun:
         error: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
         value_versions: dict[str, int] | None = None,
+        updates: dict[str, Any] | None = None,
         final: bool = False,
     ) -> Checkpoint | None:
         """Record a checkpoint; return it, or None when ``exit`` durability defers it.
 
         ``final`` marks the run's last checkpoint (completed, suspended, failed): it is
         always written, also with ``exit``. ``value_versions`` is only for forks, which
-        copy another checkpoint's values instead of storing a delta.
+        copy another checkpoint's values instead of storing a delta. ``updates`` (what
+        each node returned) goes to storage listeners only.
         """
         if self._lost:
             raise LeaseLost(
@@ -336,7 +339,7 @@ class ActiveRun:
             metadata=metadata or {},
             value_versions=value_versions,
         )
-        write = CheckpointWrite(checkpoint, delta, self._tip_version, prev)
+        write = CheckpointWrite(checkpoint, delta, self._tip_version, prev, updates)
         if self.durability == "async" and self.storage.supports_background_writes and not final:
             if self._writer is None:
                 self._writer = _BackgroundWriter(self.storage, self.run_id)
@@ -347,6 +350,7 @@ class ActiveRun:
                 self._writer.flush()
             else:
                 self.storage.write([write], lease_id=self.run_id)
+                self.storage.notify([write])
         self._tip_version, self._tip_values, self._tip_id = version, value_versions, checkpoint.id
         self.last = checkpoint
         return checkpoint

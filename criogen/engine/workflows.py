@@ -329,6 +329,19 @@ class CompiledWorkflow:
         """The workflow's name."""
         return self.graph.name
 
+    def with_storage(self, storage: Any, **overrides: Any) -> CompiledWorkflow:
+        """The same workflow on another storage (the server binds assistants to its
+        database this way); ``overrides`` change durability, on_busy…"""
+        options = {
+            "durability": self.durability,
+            "on_busy": self.on_busy,
+            "busy_timeout": self.busy_timeout,
+            "lease_seconds": self.lease_seconds,
+            "max_steps": self.max_steps,
+            **overrides,
+        }
+        return CompiledWorkflow(self.graph, storage=storage, **options)
+
     def thread(self, thread_id: str) -> WorkflowThread:
         """The thread with this id (created by its first run)."""
         if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 255:
@@ -487,12 +500,12 @@ def _adopt_snapshot(active: ActiveRun, head: Checkpoint | None, snap: Checkpoint
             )
         return head
     delta = {key: Change("set", value) for key, value in snap.state.items()}
-    imported = replace(snap, value_versions={key: snap.version for key in snap.state})
-    active.storage.write([CheckpointWrite(imported, delta, 0, {})], lease_id=active.run_id)
+    imported = replace(snap, value_versions=dict.fromkeys(snap.state, snap.version))
+    write = CheckpointWrite(imported, delta, 0, {})
+    active.storage.write([write], lease_id=active.run_id)
+    active.storage.notify([write])
     active.start_from(imported)
     return imported
-
-
 
 
 class _Execution:
@@ -650,14 +663,16 @@ class _Execution:
                             following.append(target)
             except Exception as exc:  # noqa: BLE001 - a broken route fails the run
                 self._fail(state, nxt, done, resumes, None, exc)
+            updates = {node: done[node] for node in nxt}
             state, nxt, done, resumes = new_state, following, {}, {}
-            checkpoint = active.write(
+            active.write(
                 source="step",
                 status="in_progress" if nxt else "completed",
                 state=state,
                 delta=delta,
                 next=nxt,
                 metadata={**self.metadata, "step": active._tip_version + 1},
+                updates=updates,
                 final=not nxt,
             )
         last = active.last
@@ -707,7 +722,7 @@ class _Execution:
         try:
             args = (dict(state), ctx) if spec.takes_context else (dict(state),)
             return spec.fn(*args)
-        except (Exception, _Suspend) as exc:
+        except (Exception, _Suspend) as exc:  # noqa: BLE001 - a node's error is the run's outcome
             return exc
         finally:
             _current.reset(token)
@@ -719,7 +734,7 @@ class _Execution:
         try:
             args = (dict(state), ctx) if spec.takes_context else (dict(state),)
             return await spec.fn(*args)  # type: ignore[misc]
-        except (Exception, _Suspend) as exc:
+        except (Exception, _Suspend) as exc:  # noqa: BLE001 - a node's error is the run's outcome
             return exc
 
     def _fail(

@@ -41,8 +41,17 @@ class CheckpointAdmin(admin.ModelAdmin):
     list_select_related = ("thread",)
     raw_id_fields = ("thread",)
     ordering = ("-created_at",)
-    readonly_fields = ("id", "thread", "version", "run_id", "source", "status", "parent_id",
-                       "created_at", "body")
+    readonly_fields = (
+        "id",
+        "thread",
+        "version",
+        "run_id",
+        "source",
+        "status",
+        "parent_id",
+        "created_at",
+        "body",
+    )
 
 
 @admin.register(Value)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ from criogen.engine.checkpoints import Checkpoint, CheckpointWrite
 from criogen.engine.errors import UnknownStorageUrl
 
 __all__ = ["BACKENDS", "Storage", "ThreadInfo", "ValueRow", "build_state", "encode"]
+
+logger = logging.getLogger("criogen.storage")
+
+Listener = Callable[[Sequence[CheckpointWrite]], None]
 
 BACKENDS: dict[str, str] = {
     "memory": "criogen.storage.memory.MemoryStorage",
@@ -136,6 +141,30 @@ class Storage(ABC):
         module, _, name = target.rpartition(".")
         backend: type[Storage] = getattr(importlib.import_module(module), name)
         return backend.__new__(backend, url, **options)
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(writes)`` after each batch of checkpoints becomes durable.
+
+        Listeners run in the writing thread, after the commit; an exception in one is
+        logged and does not affect the run. The Django app uses this to publish events.
+        """
+        listeners = self.__dict__.setdefault("_listeners", [])
+        if listener not in listeners:
+            listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        """Stop calling ``listener``."""
+        listeners = self.__dict__.get("_listeners", [])
+        if listener in listeners:
+            listeners.remove(listener)
+
+    def notify(self, writes: Sequence[CheckpointWrite]) -> None:
+        """Tell the listeners that ``writes`` were committed (called by the engine)."""
+        for listener in self.__dict__.get("_listeners", ()):
+            try:
+                listener(writes)
+            except Exception:
+                logger.exception("checkpoint listener %r failed", listener)
 
     @classmethod
     def default(cls) -> Storage:

@@ -7,8 +7,8 @@ as the SQL backend does (JSON text, deltas) so both behave the same.
 from __future__ import annotations
 
 import threading
-from bisect import bisect_left
 import time
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -133,8 +133,7 @@ class MemoryStorage(Storage):
                 if cp.id == checkpoint_id:
                     return self._load(thread, cp)  # type: ignore[arg-type]
         raise CheckpointNotFound(
-            f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; "
-            "list them with history().",
+            f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; list them with history().",
             thread_id=thread_id,
             checkpoint_id=checkpoint_id,
         )

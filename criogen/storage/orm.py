@@ -316,8 +316,9 @@ class OrmStorage(Storage):
         # Follow each appended key's chain back to its start in one recursive query.
         pairs = sorted(seeds)
         placeholders = ", ".join(["(%s, %s)"] * len(pairs))
+        # Only placeholders are interpolated into the SQL text.
         sql = (
-            f"WITH RECURSIVE seed(k, v) AS (VALUES {placeholders}),"
+            f"WITH RECURSIVE seed(k, v) AS (VALUES {placeholders}),"  # noqa: S608
             " chain(k, v) AS (SELECT k, v FROM seed UNION"
             " SELECT x.state_key, x.prev FROM criogen_value x JOIN chain c"
             " ON x.thread_id = %s AND x.state_key = c.k AND x.version = c.v"
@@ -336,7 +337,7 @@ class OrmStorage(Storage):
     def head(self, thread_id: str) -> Checkpoint | None:
         with self._cursor() as cur:
             cur.execute(
-                f"SELECT {_CHECKPOINT_COLUMNS} FROM criogen_checkpoint WHERE thread_id = %s"
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM criogen_checkpoint WHERE thread_id = %s"  # noqa: S608
                 " ORDER BY version DESC LIMIT 1",
                 [thread_id],
             )
@@ -347,7 +348,7 @@ class OrmStorage(Storage):
     def get_checkpoint(self, thread_id: str, checkpoint_id: str) -> Checkpoint:
         with self._cursor() as cur:
             cur.execute(
-                f"SELECT {_CHECKPOINT_COLUMNS} FROM criogen_checkpoint"
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM criogen_checkpoint"  # noqa: S608
                 " WHERE thread_id = %s AND id = %s",
                 [thread_id, str(checkpoint_id)],
             )
@@ -365,7 +366,7 @@ class OrmStorage(Storage):
     def history(
         self, thread_id: str, *, limit: int | None = None, before: int | None = None
     ) -> list[Checkpoint]:
-        sql = f"SELECT {_CHECKPOINT_COLUMNS} FROM criogen_checkpoint WHERE thread_id = %s"
+        sql = f"SELECT {_CHECKPOINT_COLUMNS} FROM criogen_checkpoint WHERE thread_id = %s"  # noqa: S608
         params: list[Any] = [thread_id]
         if before is not None:
             sql += " AND version < %s"

@@ -208,16 +208,20 @@ class ChatServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
+            def do_POST(self) -> None:  # the name http.server dispatches POST requests to
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 server.requests.append(
-                    Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                    Received(
+                        "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body
+                    )
                 )
                 reply = (
                     server.replies.popleft()
                     if server.replies
-                    else Reply({"error": {"message": "no reply queued"}}, 599, {"x-should-retry": "false"})
+                    else Reply(
+                        {"error": {"message": "no reply queued"}}, 599, {"x-should-retry": "false"}
+                    )
                 )
                 if reply.delay:
                     server.stopping.wait(reply.delay)
@@ -234,12 +238,12 @@ class ChatServer:
                 except OSError:
                     pass  # the client gave up (timeout test)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.01,), daemon=True)
 
     def queue(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -460,9 +464,12 @@ def test_it_reports_an_endpoint_it_cannot_reach() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     # Nothing listens on the port any more.
-    with OpenAIChat(
-        base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", max_retries=0
-    ) as model, pytest.raises(ModelError, match="could not connect") as caught:
+    with (
+        OpenAIChat(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", max_retries=0
+        ) as model,
+        pytest.raises(ModelError, match="could not connect") as caught,
+    ):
         model.complete([human("hi")])
 
     assert caught.value.details["retryable"] is True

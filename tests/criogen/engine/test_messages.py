@@ -51,7 +51,9 @@ def test_it_reads_langchain_style_dicts() -> None:
             {
                 "type": "ai",
                 "content": "",
-                "tool_calls": [{"id": "call_1", "name": "issue_refund", "args": {"order_id": "42"}}],
+                "tool_calls": [
+                    {"id": "call_1", "name": "issue_refund", "args": {"order_id": "42"}}
+                ],
                 "usage": {"input_tokens": 10, "output_tokens": 4},
             },
             {
@@ -228,10 +230,16 @@ def test_it_accepts_a_single_string_or_dict_where_a_list_is_expected() -> None:
         ({"type": "ai", "content": "", "tool_calls": "f"}, "tool_calls"),
         ({"type": "ai", "content": "", "tool_calls": ["f"]}, "tool_calls[0]"),
         ({"type": "ai", "content": "", "tool_calls": [{"args": {}}]}, "tool_calls[0].name"),
-        ({"type": "ai", "content": "", "tool_calls": [{"name": "f", "args": [1]}]}, "tool_calls[0].args"),
+        (
+            {"type": "ai", "content": "", "tool_calls": [{"name": "f", "args": [1]}]},
+            "tool_calls[0].args",
+        ),
         ({"type": "ai", "content": "", "tool_calls": [{"name": "f", "id": 1}]}, "tool_calls[0].id"),
         (
-            {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]},
+            {
+                "role": "assistant",
+                "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}],
+            },
             "tool_calls[0].function.arguments",
         ),
         ({"type": "ai", "content": "", "usage": {"input_tokens": -1}}, "usage.input_tokens"),
@@ -318,7 +326,9 @@ def test_tool_result_can_report_an_error() -> None:
         ("c1", "x", "failed", "status"),
     ],
 )
-def test_tool_result_rejects_bad_input(call_id: str, content: object, status: Any, field: str) -> None:
+def test_tool_result_rejects_bad_input(
+    call_id: str, content: object, status: Any, field: str
+) -> None:
     with pytest.raises(InvalidMessage) as caught:
         tool_result(call_id, "lookup", content, status=status)
 
@@ -344,7 +354,10 @@ def test_it_converts_the_transcript_to_chat_completions_messages() -> None:
     transcript = [
         system("Be brief."),
         human("Refund order 42", name="alice"),
-        ai("", [{"id": "call_1", "name": "issue_refund", "args": {"order_id": "42", "amount": 10.0}}]),
+        ai(
+            "",
+            [{"id": "call_1", "name": "issue_refund", "args": {"order_id": "42", "amount": 10.0}}],
+        ),
         tool_result("call_1", "issue_refund", "Refunded.", status="error"),
         ai("Refunded order 42.", usage={"input_tokens": 1, "output_tokens": 1}),
     ]

@@ -131,7 +131,10 @@ def test_it_makes_parameters_with_a_default_optional_and_shows_the_default() -> 
         (Literal["a", 1], {"enum": ["a", 1]}),
         (Priority, {"type": "string", "enum": ["low", "high"]}),
         (Any, {}),
-        (Annotated[str, "An ISO 8601 date."], {"description": "An ISO 8601 date.", "type": "string"}),
+        (
+            Annotated[str, "An ISO 8601 date."],
+            {"description": "An ISO 8601 date.", "type": "string"},
+        ),
     ],
 )
 def test_it_maps_type_hints_to_json_schema(hint: Any, schema: dict[str, Any]) -> None:
@@ -382,7 +385,11 @@ def ship(
     ("args", "argument", "problem"),
     [
         ({"items": [{"sku": "a"}]}, "items[0].quantity", "is required but missing"),
-        ({"items": [{"sku": "a", "quantity": 1, "colour": "red"}]}, "items[0].colour", "not a field"),
+        (
+            {"items": [{"sku": "a", "quantity": 1, "colour": "red"}]},
+            "items[0].colour",
+            "not a field",
+        ),
         ({"items": [{"sku": "a", "quantity": 1.5}]}, "items[0].quantity", "must be an integer"),
         ({"items": "a"}, "items", "must be an array"),
         ({"items": [], "address": {"city": "Lyon"}}, "address.street", "is required"),

@@ -266,9 +266,11 @@ class OpenAIChat:
         client = self._get_client()
         try:
             completion = client.chat.completions.create(**request)
-        except openai.APIError as exc:
+            # A body that is not JSON raises ValueError; one that is not an object comes back as is.
+            body = completion.model_dump(mode="json")
+        except (openai.APIError, ValueError, AttributeError) as exc:
             raise self._model_error(exc) from exc
-        return self._read_completion(completion.model_dump(mode="json"))
+        return self._read_completion(body)
 
     def _get_client(self) -> openai.OpenAI:
         import openai
@@ -295,17 +297,18 @@ class OpenAIChat:
     def _model_error(self, exc: Exception) -> ModelError:
         import openai
 
-        attempts = f"after {self.max_retries + 1} attempt(s)" if self._owns_client else ""
+        # An injected client has its own retry settings: do not claim a number of attempts then.
+        attempts = f" after {self.max_retries + 1} attempt(s)" if self._owns_client else ""
         endpoint = self.base_url or "the endpoint in OPENAI_BASE_URL (or api.openai.com)"
         status = getattr(exc, "status_code", None)
         if isinstance(exc, openai.APITimeoutError):
             advice = (
-                f"timed out {attempts} ({self.timeout} s each). Check that {endpoint} is up, or "
+                f"timed out{attempts} ({self.timeout} s each). Check that {endpoint} is up, or "
                 f"raise timeout= for slow models."
             )
             retryable = True
         elif isinstance(exc, openai.APIConnectionError):
-            advice = f"could not connect to {endpoint} {attempts}. Check the URL and the network."
+            advice = f"could not connect to {endpoint}{attempts}. Check the URL and the network."
             retryable = True
         elif isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
             advice = f"was refused ({status}): check OPENAI_API_KEY or api_key= and its access."
@@ -318,13 +321,13 @@ class OpenAIChat:
             retryable = False
         elif isinstance(exc, openai.RateLimitError):
             advice = (
-                f"was rate limited (429) {attempts}. Wait and retry the run, raise max_retries=, "
+                f"was rate limited (429){attempts}. Wait and retry the run, raise max_retries=, "
                 f"or check the account's quota."
             )
             retryable = True
         elif isinstance(exc, openai.APIStatusError):
             retryable = exc.status_code >= 500 or exc.status_code in (408, 409)
-            advice = f"failed with HTTP {exc.status_code} {attempts}" + (
+            advice = f"failed with HTTP {exc.status_code}{attempts}" + (
                 ": the provider has a problem, retry the run later."
                 if retryable
                 else ": the request was rejected; check the messages, tools and params."

@@ -42,7 +42,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 from criogen.engine.agent_errors import InvalidTool, InvalidToolCall
 from criogen.engine.checkpoints import CheckpointId, RunId, ThreadId
@@ -84,8 +84,8 @@ class ToolContext:
     """The run executing the call, if any."""
 
     state: Mapping[str, Any] = field(default_factory=dict)
-    """A read-only view of the state (including values passed with send). The view is shallow:
-    do not mutate nested values."""
+    """The state when the call runs (including values passed with send), as a read-only shallow
+    copy: later changes to the state do not show in it; do not mutate nested values."""
 
     storage: object | None = None
     """The checkpoint store the run uses, for tools that need to read history; ``None`` if unset."""
@@ -142,6 +142,12 @@ class Tool:
 
     annotations: Mapping[str, Any] = field(default_factory=dict)
     """The resolved type hint of each schema parameter, used to convert arguments before a call."""
+
+    if TYPE_CHECKING:
+        # Copied from the function by from_function (not dataclass fields: declared for mypy only).
+        __name__: ClassVar[str]
+        __qualname__: ClassVar[str]
+        __wrapped__: ClassVar[Callable[..., Any]]
 
     @classmethod
     def from_function(

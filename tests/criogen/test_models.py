@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from criogen import models
 from criogen.engine.agent_errors import InvalidMessage, ModelError, ScriptExhausted
 from criogen.engine.messages import ai, human, system, tool_result
 from criogen.engine.tools import tool
@@ -292,16 +294,16 @@ def server() -> Iterator[ChatServer]:
 
 @pytest.fixture
 def make_model(server: ChatServer) -> Iterator[Any]:
-    models: list[OpenAIChat] = []
+    created: list[OpenAIChat] = []
 
     def make(**options: Any) -> OpenAIChat:
         settings: dict[str, Any] = {"base_url": server.url, "api_key": "sk-test", "timeout": 5.0}
         model = OpenAIChat(**(settings | options))
-        models.append(model)
+        created.append(model)
         return model
 
     yield make
-    for model in models:
+    for model in created:
         model.close()
 
 
@@ -496,6 +498,18 @@ def test_it_rejects_a_reply_without_choices(server: ChatServer, make_model: Any)
         make_model().complete([human("hi")])
 
 
+@pytest.mark.parametrize("body", ["<html>Bad gateway</html>", '"just a string"'])
+def test_it_rejects_a_reply_that_is_not_a_completion(
+    server: ChatServer, make_model: Any, body: str
+) -> None:
+    server.queue(Reply(body))
+
+    with pytest.raises(ModelError, match="could not be read") as caught:
+        make_model().complete([human("hi")])
+
+    assert caught.value.details["retryable"] is False
+
+
 def test_it_reads_the_key_and_endpoint_from_the_environment(
     server: ChatServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -537,3 +551,15 @@ def test_importing_the_models_module_does_not_import_openai() -> None:
     )
 
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("module", [models])
+def test_it_exports_exactly_what_all_lists(module: types.ModuleType) -> None:
+    defined_here = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+    }
+
+    assert all(hasattr(module, name) for name in module.__all__)
+    assert defined_here <= set(module.__all__)

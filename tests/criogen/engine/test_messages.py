@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import copy
 import json
+import types
 import uuid
 from typing import Any
 
 import pytest
 
-from criogen.engine import messages
+from criogen.engine import agent_errors, messages
 from criogen.engine.agent_errors import InvalidMessage
 from criogen.engine.messages import (
     ai,
@@ -410,3 +411,15 @@ def test_to_openai_and_normalize_round_trip() -> None:
 def test_to_openai_rejects_a_malformed_transcript() -> None:
     with pytest.raises(InvalidMessage):
         to_openai([{"type": "tool", "content": "x"}])
+
+
+@pytest.mark.parametrize("module", [messages, agent_errors])
+def test_it_exports_exactly_what_all_lists(module: types.ModuleType) -> None:
+    defined_here = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+    }
+
+    assert all(hasattr(module, name) for name in module.__all__)
+    assert defined_here <= set(module.__all__)

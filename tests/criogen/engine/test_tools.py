@@ -5,12 +5,14 @@ import enum
 import json
 import math
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 import pytest
 
+from criogen.engine import tools
 from criogen.engine.agent_errors import InvalidTool, InvalidToolCall
 from criogen.engine.tools import Tool, ToolContext, build_idempotency_key, tool, tool_specs
 
@@ -595,3 +597,15 @@ def test_tool_specs_accepts_tools_and_raw_specs() -> None:
 
 def test_specs_are_plain_json() -> None:
     assert json.loads(json.dumps(ship.spec())) == ship.spec()
+
+
+@pytest.mark.parametrize("module", [tools])
+def test_it_exports_exactly_what_all_lists(module: types.ModuleType) -> None:
+    defined_here = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+    }
+
+    assert all(hasattr(module, name) for name in module.__all__)
+    assert defined_here <= set(module.__all__)

@@ -111,6 +111,12 @@ DATABASES = {
     )
 }
 DATABASES["default"]["CONN_MAX_AGE"] = envint("CONN_MAX_AGE", 60)
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # Tests use a file, not Django's shared-cache in-memory database: runs execute on
+    # worker threads, and shared-cache table locks do not honour the busy timeout.
+    DATABASES["default"]["TEST"] = {
+        "NAME": str(BASE_DIR / "var" / f"test-{os.getpid()}.sqlite3"),
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = envstr("REDIS_URL")

@@ -8,6 +8,7 @@ and ``REDIS_URL`` (see docs/deployment.md).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -115,7 +116,7 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # Tests use a file, not Django's shared-cache in-memory database: runs execute on
     # worker threads, and shared-cache table locks do not honour the busy timeout.
     DATABASES["default"]["TEST"] = {
-        "NAME": str(BASE_DIR / "var" / f"test-{os.getpid()}.sqlite3"),
+        "NAME": str(Path(tempfile.gettempdir()) / f"criogen-test-{os.getpid()}.sqlite3"),
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

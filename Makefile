@@ -18,15 +18,25 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
+TS_SDK := tests/api/ts/node_modules/.installed
+
+$(TS_SDK): tests/api/ts/package-lock.json
+	cd tests/api/ts && npm ci --no-audit --no-fund --loglevel=error
+	touch $(TS_SDK)
+
 install: $(STAMP) ## Create .venv and install Criogen with its dev tools
+
+install-ts: $(TS_SDK) ## Install the TypeScript SDK the smoke test drives (npm)
 
 migrate: install ## Apply database migrations (DATABASE_URL, default: ./db.sqlite3)
 	$(BIN)/python manage.py migrate --noinput
 
-demo: migrate ## Start the dashboard with demo data on http://127.0.0.1:8000
-	$(BIN)/python manage.py runserver 127.0.0.1:8000
+demo: install ## Start the dashboard with demo data on http://127.0.0.1:8000
+	$(BIN)/python manage.py criogen_demo --serve --addrport 127.0.0.1:8000
 
-check: install ## Django checks, migrations up to date, import boundaries
+check: install ## Lint, Django checks, migrations up to date, import boundaries
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python manage.py check --fail-level WARNING
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/lint-imports
@@ -42,11 +52,23 @@ fmt: install ## Format the code
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: install check ## Run the whole test suite (SQLite, PostgreSQL, memory)
+test: install install-ts check ## Run the whole test suite (SQLite, PostgreSQL, memory)
 	$(BIN)/pytest -q -p no:randomly tests/test_boundaries.py
 	$(BIN)/pytest -q
 
 bench: install ## Run the benchmarks and print their figures
-	$(BIN)/python bench/engine.py
+	mkdir -p bench/results
+	set -o pipefail; $(BIN)/python bench/engine.py | tee bench/results/engine.json
+	set -o pipefail; $(BIN)/python bench/langgraph_compare.py --table | tee bench/results/langgraph_compare.json
+	set -o pipefail; $(BIN)/python bench/runner.py | tee bench/results/runner.json
+	set -o pipefail; $(BIN)/python bench/api.py | tee bench/results/api.json
+	set -o pipefail; $(BIN)/python bench/dashboard.py | tee bench/results/dashboard.json
 
-.PHONY: help install migrate demo check lint lint-imports fmt test bench
+screenshots: install ## Regenerate the dashboard screenshots in docs/img/
+	$(BIN)/python -m tests.dashboard.screenshots
+
+openapi-snapshot: install ## Regenerate openapi.json from the REST API (commit it)
+	$(BIN)/python manage.py openapi_snapshot openapi.json
+
+.PHONY: help install install-ts migrate demo check lint lint-imports fmt test bench \
+	screenshots openapi-snapshot

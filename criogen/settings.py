@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "criogen.storage",
+    "api",
     "dashboard",
 ]
 
@@ -151,10 +152,12 @@ STATIC_ROOT = BASE_DIR / "var" / "static"
 # Security: on by default outside DEBUG (``manage.py check --deploy`` stays clean).
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
-SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", False)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
+# Load balancers probe the health endpoint over plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^ok$"]
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
-SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
@@ -164,6 +167,85 @@ if envbool("BEHIND_PROXY", False):
 # Criogen engine options.
 CRIOGEN_CHECKPOINT_DURABILITY = envstr("CRIOGEN_CHECKPOINT_DURABILITY", "async")
 CRIOGEN_LEASE_SECONDS = envint("CRIOGEN_LEASE_SECONDS", 30)
+
+# --- runner ---
+# Where runs execute: "inprocess" (worker threads in the web process) or "celery".
+CRIOGEN_RUNNER = envstr("CRIOGEN_RUNNER", "inprocess")
+CRIOGEN_INPROCESS_WORKERS = envint("CRIOGEN_INPROCESS_WORKERS", 4)
+# How often the in-process runner reaps dead runs and sweeps expired threads (seconds).
+CRIOGEN_SWEEP_SECONDS = envint("CRIOGEN_SWEEP_SECONDS", 60)
+# Graph id -> "module.path:attribute" of a Workflow, CompiledWorkflow or Agent.
+CRIOGEN_ASSISTANTS: dict[str, str] = {
+    "steps": "criogen.examples.steps:workflow",
+    "hitl": "criogen.examples.hitl:workflow",
+    "support": "criogen.examples.support:agent",
+    "review": "criogen.examples.review:workflow",
+    "faq": "criogen.examples.faq:agent",
+}
+# Agents: the audit trail (who approved, rejected, rewound… what) and encryption at
+# rest of states, checkpoints, memory and documents (a Fernet key; several,
+# comma-separated, to rotate: the first encrypts). Read by Storage.default().
+# The server audits by default: operators' decisions must be traceable.
+CRIOGEN_AUDIT = envbool("CRIOGEN_AUDIT", True)
+CRIOGEN_ENCRYPTION_KEY = envstr("CRIOGEN_ENCRYPTION_KEY")
+CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_RESULT_BACKEND = None  # run outcomes live in the Run table, not in Celery
+CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_TASK_DEFAULT_QUEUE", "criogen")
+# Acknowledge a task only when it has finished, and put it back when its worker dies,
+# so a crash never loses a run; one task at a time per worker slot.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Redis re-delivers an unacknowledged task after this many seconds; the reaper
+# (CRIOGEN_LEASE_SECONDS) usually re-queues a dead worker's run long before.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600)}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE = {
+    "criogen-reap-expired-runs": {
+        "task": "criogen.tasks.reap_expired_task",
+        "schedule": float(envint("CRIOGEN_REAP_SECONDS", 15)),
+    },
+    "criogen-sweep-threads": {
+        "task": "criogen.tasks.sweep_threads_task",
+        "schedule": float(envint("CRIOGEN_SWEEP_SECONDS", 60)),
+    },
+    "criogen-fire-deadlines": {
+        "task": "criogen.tasks.fire_deadlines_task",
+        "schedule": float(envint("CRIOGEN_SWEEP_SECONDS", 60)),
+    },
+}
+# Mail, for reminders of suspensions nearing their deadline (Django's own settings).
+EMAIL_BACKEND = envstr(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = envstr("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "criogen@localhost")
+# --- end runner ---
+
+# --- api ---
+# API tokens are required unless this is off (local development only).
+CRIOGEN_AUTH_ENABLED = envbool("CRIOGEN_AUTH_ENABLED", True)
+# The highest ``limit`` a search accepts (threads, history); above it: 422.
+CRIOGEN_MAX_SEARCH_LIMIT = envint("CRIOGEN_MAX_SEARCH_LIMIT", 1000)
+# A default time to live (minutes) for threads created without one; unset: none.
+# Threads that exist when it is set are not backfilled.
+CRIOGEN_THREAD_TTL = envint("CRIOGEN_THREAD_TTL", 0) or None
+CRIOGEN_THREAD_TTL_STRATEGY = envstr("CRIOGEN_THREAD_TTL_STRATEGY", "delete")
+# How often the in-process timer fires due crons (seconds); Celery beat does it too.
+CRIOGEN_CRON_TICK_SECONDS = envint("CRIOGEN_CRON_TICK_SECONDS", 10)
+CELERY_BEAT_SCHEDULE["criogen-fire-crons"] = {
+    "task": "api.tasks.fire_crons_task",
+    "schedule": float(CRIOGEN_CRON_TICK_SECONDS),
+}
+# --- end api ---
 
 LOGGING = {
     "version": 1,

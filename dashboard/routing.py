@@ -1,7 +1,13 @@
-"""WebSocket routes of the dashboard (live pages subscribe here)."""
+"""WebSocket routes of the dashboard: one live consumer per page (see consumers.py)."""
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-websocket_urlpatterns: list[URLPattern] = []
+from dashboard import consumers
+
+websocket_urlpatterns: list[URLPattern] = [
+    path("ws/ui/inbox/", consumers.InboxConsumer.as_asgi()),
+    path("ws/ui/threads/<str:thread_id>/", consumers.ThreadConsumer.as_asgi()),
+    path("ws/ui/nav/", consumers.NavConsumer.as_asgi()),
+]

@@ -1,3 +1,5 @@
+"""Dashboard pages, all under ``/ui/`` (the REST API owns the other root paths)."""
+
 from __future__ import annotations
 
 from django.urls import path
@@ -6,5 +8,21 @@ from dashboard import views
 
 app_name = "dashboard"
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("ui/", views.home, name="home"),
+    path("ui/inbox/", views.inbox, name="inbox"),
+    path("ui/inbox/bulk/", views.inbox_bulk, name="inbox_bulk"),
+    path("ui/threads/", views.threads, name="threads"),
+    path("ui/threads/<str:thread_id>/", views.thread, name="thread"),
+    path("ui/threads/<str:thread_id>/act/", views.thread_act, name="thread_act"),
+    path(
+        "ui/threads/<str:thread_id>/checkpoints/<str:checkpoint_id>/",
+        views.checkpoint,
+        name="checkpoint",
+    ),
+    path(
+        "ui/threads/<str:thread_id>/rewind/<str:checkpoint_id>/",
+        views.rewind_confirm,
+        name="rewind_confirm",
+    ),
+    path("ui/audit/", views.audit, name="audit"),
 ]

@@ -91,3 +91,18 @@ def storage(storage_url: str, django_db_blocker: object) -> Iterator[Storage]:
 def thread_id() -> str:
     """A thread id no other test uses."""
     return f"t-{uuid.uuid4()}"
+
+
+@pytest.fixture
+def inprocess_runner(settings: object) -> Iterator[object]:
+    """The in-process runner with 2 s leases and no background timer; at the end it
+    waits for the runs the test started (they use the test's database)."""
+    from criogen import registry, runner
+
+    settings.CRIOGEN_RUNNER = "inprocess"  # type: ignore[attr-defined]
+    settings.CRIOGEN_SWEEP_SECONDS = 0  # type: ignore[attr-defined]
+    settings.CRIOGEN_LEASE_SECONDS = 2  # type: ignore[attr-defined]
+    registry.reset()
+    yield runner
+    assert runner.drain(timeout=60), "runs were still executing after 60 s"
+    registry.reset()

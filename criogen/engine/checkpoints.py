@@ -144,15 +144,51 @@ def from_snapshot(snapshot: Any) -> Checkpoint:
 
     try:
         uuid.UUID(need("id", str))
+    except ValueError as exc:
+        raise InvalidSnapshot(
+            f"snapshot['checkpoint']['id'] is not a UUID: {exc}.", field="checkpoint.id"
+        ) from exc
+    try:
         created_at = datetime.fromisoformat(need("created_at", str))
     except ValueError as exc:
-        raise InvalidSnapshot(f"snapshot has a malformed id or time: {exc}.") from exc
-    source = need("source", str)
-    status = need("status", str)
-    if source not in SOURCES or status not in STATUSES:
         raise InvalidSnapshot(
-            f"snapshot has source {source!r} / status {status!r}, which Criogen never writes.",
-            field="checkpoint.status",
+            f"snapshot['checkpoint']['created_at'] is not an ISO 8601 time: {exc}.",
+            field="checkpoint.created_at",
+        ) from exc
+    thread_id = need("thread_id", str)
+    if not thread_id.strip() or len(thread_id) > 255:
+        raise InvalidSnapshot(
+            "snapshot['checkpoint']['thread_id'] must be 1–255 characters, not all blank.",
+            field="checkpoint.thread_id",
+        )
+    for name, value, allowed in (
+        ("source", need("source", str), SOURCES),
+        ("status", need("status", str), STATUSES),
+    ):
+        if value not in allowed:
+            raise InvalidSnapshot(
+                f"snapshot has {name} {value!r}, which Criogen never writes "
+                f"(one of {', '.join(allowed)}).",
+                field=f"checkpoint.{name}",
+            )
+    source, status = data["source"], data["status"]
+    interrupts = need("interrupts", list)
+    for i, interrupt in enumerate(interrupts):
+        if not (
+            isinstance(interrupt, dict)
+            and isinstance(interrupt.get("id"), str)
+            and isinstance(interrupt.get("node"), str)
+        ):
+            raise InvalidSnapshot(
+                f"snapshot['checkpoint']['interrupts'][{i}] must be an object with string "
+                "'id' and 'node'.",
+                field="checkpoint.interrupts",
+            )
+    nxt = need("next", list)
+    if not all(isinstance(name, str) for name in nxt):
+        raise InvalidSnapshot(
+            "snapshot['checkpoint']['next'] must be a list of node names.",
+            field="checkpoint.next",
         )
     version = need("version", int)
     if version < 1:
@@ -169,14 +205,14 @@ def from_snapshot(snapshot: Any) -> Checkpoint:
     parent_id = data.get("parent_id")
     return Checkpoint(
         id=CheckpointId(data["id"]),
-        thread_id=ThreadId(need("thread_id", str)),
+        thread_id=ThreadId(thread_id),
         run_id=RunId(run_id) if isinstance(run_id, str) else None,
         version=version,
         source=source,  # type: ignore[arg-type]
         status=status,  # type: ignore[arg-type]
         state=state,
-        next=tuple(need("next", list)),
-        interrupts=tuple(need("interrupts", list)),
+        next=tuple(nxt),
+        interrupts=tuple(interrupts),
         tasks=need("tasks", dict),
         error=error if isinstance(error, dict) else None,
         parent_id=CheckpointId(parent_id) if isinstance(parent_id, str) else None,

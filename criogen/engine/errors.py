@@ -21,6 +21,7 @@ the message says what to do next. The tree::
     ├── UnknownStorageUrl          unknown_storage_url
     ├── StorageError               storage_error
     ├── MaxStepsExceeded           max_steps_exceeded
+    ├── RunCancelled               run_cancelled
     └── RunFailed                  run_failed
 """
 
@@ -40,6 +41,7 @@ __all__ = [
     "MaxStepsExceeded",
     "NotSuspended",
     "NothingToRetry",
+    "RunCancelled",
     "RunFailed",
     "StorageError",
     "ThreadBusy",
@@ -180,6 +182,16 @@ class MaxStepsExceeded(CriogenError):
     """A run took more steps than its ``max_steps`` (a loop in the graph?)."""
 
     code = "max_steps_exceeded"
+
+
+class RunCancelled(CriogenError):
+    """The run's ``should_stop`` said stop: it stopped between two steps.
+
+    What it wrote so far stays (with ``exit`` durability: nothing was written); the
+    thread's head is the last step's checkpoint, so retry() would continue from it.
+    """
+
+    code = "run_cancelled"
 
 
 class RunFailed(CriogenError):

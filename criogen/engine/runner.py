@@ -15,10 +15,11 @@ checkpoints, and writes them as the durability mode says:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -48,6 +49,8 @@ DURABILITIES: tuple[str, ...] = ("sync", "async", "exit")
 DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_BUSY_TIMEOUT = 60.0
 
+logger = logging.getLogger("criogen.engine")
+
 
 def check_durability(value: Any, field: str = "durability") -> Durability:
     """Return ``value`` if it is a durability mode, else raise InvalidArgument."""
@@ -69,7 +72,9 @@ class _Heartbeat:
     """One daemon thread per storage that renews the leases of its live runs."""
 
     def __init__(self, storage: Storage) -> None:
-        self._storage = storage
+        # Weak: the registry below is keyed weakly by the storage, and a strong
+        # reference from its value would keep every Storage ever used alive.
+        self._storage = weakref.ref(storage)
         self._runs: dict[str, ActiveRun] = {}
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -89,20 +94,41 @@ class _Heartbeat:
             self._runs.pop(run.run_id, None)
 
     def _loop(self) -> None:
-        while True:
-            with self._wake:
-                if not self._runs:
-                    self._thread = None
-                    return
-                interval = min(r.lease_seconds for r in self._runs.values()) / 3
-                self._wake.wait(interval)
-                runs = list(self._runs.values())
-            for run in runs:
-                run.renew()
+        try:
+            while True:
+                with self._wake:
+                    if not self._runs:
+                        self._thread = None
+                        return
+                    interval = min(r.lease_seconds for r in self._runs.values()) / 3
+                    self._wake.wait(interval)
+                    # add() wakes this loop early to pick up a shorter interval: renew
+                    # only the leases that are due, not every lease at every wake-up.
+                    now = time.monotonic()
+                    due = [
+                        r
+                        for r in self._runs.values()
+                        if now - r._renewed_at >= r.lease_seconds / 3 * 0.9
+                    ]
+                for run in due:
+                    try:
+                        run.renew()
+                    except Exception:
+                        # A database hiccup must not stop the heartbeat of every run.
+                        logger.exception("renewing the lease of run %s failed", run.run_id)
+        finally:
+            # The thread's database connection (ORM storage) would outlive it: close it.
+            try:
+                storage = self._storage()
+                if storage is not None:
+                    storage.close()
+            except Exception:
+                logger.exception("closing the heartbeat's storage connection failed")
 
 
 _heartbeats: weakref.WeakKeyDictionary[Storage, _Heartbeat] = weakref.WeakKeyDictionary()
 _writers: weakref.WeakKeyDictionary[Storage, ThreadPoolExecutor] = weakref.WeakKeyDictionary()
+_writers_by_database: dict[str, ThreadPoolExecutor] = {}
 _registry_lock = threading.Lock()
 
 
@@ -115,13 +141,19 @@ def _heartbeat_for(storage: Storage) -> _Heartbeat:
 
 
 def _pool_for(storage: Storage) -> ThreadPoolExecutor:
+    # One pool per database (Django alias), not per Storage object: each pool thread
+    # keeps its own connection open, and a process may make many Storage objects on
+    # one database (one per request or test); per object, the connections pile up.
+    alias = getattr(storage, "alias", None)
+    pools: Any = _writers_by_database if isinstance(alias, str) else _writers
+    key: Any = alias if isinstance(alias, str) else storage
     with _registry_lock:
-        pool = _writers.get(storage)
+        pool = pools.get(key)
         if pool is None:
-            pool = _writers[storage] = ThreadPoolExecutor(
+            pool = pools[key] = ThreadPoolExecutor(
                 max_workers=8, thread_name_prefix="criogen-writer"
             )
-        return pool
+        return pool  # type: ignore[no-any-return]
 
 
 class _BackgroundWriter:
@@ -195,6 +227,7 @@ class ActiveRun:
         on_busy: OnBusy = "wait",
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self.storage = storage
         self.thread_id = ThreadId(thread_id)
@@ -203,6 +236,8 @@ class ActiveRun:
         self.on_busy = check_on_busy(on_busy)
         self.busy_timeout = busy_timeout
         self.lease_seconds = lease_seconds
+        self.should_stop = should_stop
+        """Asked before each step; True stops the run with RunCancelled (cancel, shutdown)."""
         self.head: Checkpoint | None = None
         """The thread's head when the run took the lease."""
         self.last: Checkpoint | None = None
@@ -214,6 +249,7 @@ class ActiveRun:
         self._writer: _BackgroundWriter | None = None
         self._lost = False
         self._held = False
+        self._renewed_at = 0.0
 
     # -- lease -----------------------------------------------------------------------
 
@@ -245,8 +281,15 @@ class ActiveRun:
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, 0.2)
         self._held = True
+        self._renewed_at = time.monotonic()
         _heartbeat_for(self.storage).add(self)
-        self.head = self.storage.head(self.thread_id)
+        try:
+            self.head = self.storage.head(self.thread_id)
+        except BaseException:
+            # An unreadable head (a wrong encryption key, a lost connection) must not
+            # keep the thread: give the lease back before the error goes up.
+            self.close(flush=False)
+            raise
         self.start_from(self.head)
 
     def start_from(self, checkpoint: Checkpoint | None) -> None:
@@ -258,6 +301,7 @@ class ActiveRun:
 
     def renew(self) -> None:
         """Extend the lease (called by the heartbeat)."""
+        self._renewed_at = time.monotonic()
         if self._held and not self.storage.renew(
             self.thread_id, self.run_id, seconds=self.lease_seconds
         ):
@@ -295,13 +339,16 @@ class ActiveRun:
         value_versions: dict[str, int] | None = None,
         updates: dict[str, Any] | None = None,
         final: bool = False,
+        parent_id: str | None = None,
     ) -> Checkpoint | None:
         """Record a checkpoint; return it, or None when ``exit`` durability defers it.
 
         ``final`` marks the run's last checkpoint (completed, suspended, failed): it is
         always written, also with ``exit``. ``value_versions`` is only for forks, which
         copy another checkpoint's values instead of storing a delta. ``updates`` (what
-        each node returned) goes to storage listeners only.
+        each node returned) goes to storage listeners only. ``parent_id`` is the
+        checkpoint this one follows: by default the run's previous one, and for a fork
+        the checkpoint it copies (``metadata["forked_from"]``).
         """
         if self._lost:
             raise LeaseLost(
@@ -334,7 +381,7 @@ class ActiveRun:
             interrupts=tuple(interrupts),
             tasks=tasks or {},
             error=error,
-            parent_id=self._tip_id,
+            parent_id=CheckpointId(parent_id) if parent_id else self._fork_parent(source, metadata),
             created_at=utcnow(),
             metadata=metadata or {},
             value_versions=value_versions,
@@ -354,6 +401,12 @@ class ActiveRun:
         self._tip_version, self._tip_values, self._tip_id = version, value_versions, checkpoint.id
         self.last = checkpoint
         return checkpoint
+
+    def _fork_parent(self, source: Source, metadata: dict[str, Any] | None) -> CheckpointId | None:
+        # A fork follows the checkpoint it copies, not the head it was written over:
+        # that is what lets a timeline draw the fork as a branch.
+        forked_from = (metadata or {}).get("forked_from") if source == "fork" else None
+        return CheckpointId(forked_from) if isinstance(forked_from, str) else self._tip_id
 
     def flush(self) -> None:
         """Wait until every checkpoint recorded so far is durable."""

@@ -22,6 +22,8 @@ Reducer = Literal["overwrite", "append"] | Callable[[Any, Any], Any]
 Reducers = Mapping[str, Reducer]
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
+MAX_KEY_LENGTH = 255
+"""The longest top-level state key (storage keeps keys in a 255-character column)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,14 @@ def apply_update(
                 f"{origin} returned the key {key!r} of type {type(key).__name__}: "
                 "state keys must be strings.",
                 key=repr(key),
+                origin=origin,
+            )
+        if len(key) > MAX_KEY_LENGTH:
+            # Storage keeps each top-level key in a column of this size.
+            raise InvalidState(
+                f"{origin} returned the key {key[:40]!r}… of {len(key)} characters: "
+                f"state keys have at most {MAX_KEY_LENGTH}.",
+                key=key,
                 origin=origin,
             )
         check_json(value, f"state[{key!r}]")

@@ -43,6 +43,7 @@ from criogen.engine.errors import (
     MaxStepsExceeded,
     NothingToRetry,
     NotSuspended,
+    RunCancelled,
     RunFailed,
     ThreadInterrupted,
     ThreadSuspended,
@@ -253,6 +254,16 @@ class Workflow:
     ) -> CompiledWorkflow:
         """Check the graph and bind it to a storage (default: its own in-memory one)."""
         self._check()
+        for name, value, low, strict in (
+            ("busy_timeout", busy_timeout, 0, False),
+            # A lease of 0 would make the heartbeat renew in a busy loop.
+            ("lease_seconds", lease_seconds, 0, True),
+            ("max_steps", max_steps, 1, False),
+        ):
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or value < low or (strict and value <= low):
+                bound = f"more than {low}" if strict else f"at least {low}"
+                raise InvalidArgument(f"{name} is {value!r}; use {bound}.", field=name)
         if storage is None:
             from criogen.storage.memory import MemoryStorage
 
@@ -370,6 +381,16 @@ class CompiledWorkflow:
                 "the snapshot is of a completed run; start a new one with run().",
                 field="checkpoint.status",
             )
+        # Checked before the snapshot is imported: a snapshot of another workflow must
+        # not leave a thread behind that this one cannot run.
+        unknown = [n for n in checkpoint.next if n not in self.graph.nodes]
+        if unknown:
+            raise InvalidSnapshot(
+                f"the snapshot's next nodes {unknown} are not nodes of {self.name!r}; "
+                "resume it with the workflow that took it.",
+                field="checkpoint.next",
+            )
+        check_json(value, "resume value")
         return thread._go(mode, value=value, snapshot=checkpoint, **options)
 
     async def arun(self, input: Mapping[str, Any] | None = None, **options: Any) -> RunResult:
@@ -402,6 +423,12 @@ class WorkflowThread:
 
     def history(self, limit: int | None = None, *, before: int | None = None) -> list[Checkpoint]:
         """Checkpoints, newest first; ``before`` a version to page back from."""
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise InvalidArgument(
+                f"limit is {limit!r}; use None (all) or a whole number ≥ 0.", field="limit"
+            )
         return self.app.storage.history(self.id, limit=limit, before=before)  # type: ignore[no-any-return]
 
     def checkpoint(self, checkpoint_id: str) -> Checkpoint:
@@ -453,6 +480,57 @@ class WorkflowThread:
         assert checkpoint is not None
         return checkpoint
 
+    def update_state(
+        self, values: Mapping[str, Any] | None, *, as_node: str | None = None, **options: Any
+    ) -> Checkpoint:
+        """Write a ``fork`` checkpoint with ``values`` merged by the reducers, as if
+        ``as_node`` had just run (the REST API's ``update_state``).
+
+        It is a ``fork`` because a person wrote it, not a run: like a rewind, it never
+        reads as "the process died", and ``run()`` without input continues from its
+        ``next`` (``run(input)`` starts a new turn).
+
+        With ``as_node`` the next nodes are that node's successors (none: the thread is
+        ``completed``); without it the head's ``next``, status and pending interrupts
+        stay as they were. Options as for ``run`` (``on_busy``, ``busy_timeout``…).
+        Raises InvalidArgument for an unknown ``as_node``, InvalidState for bad values.
+        """
+        if as_node is not None and as_node not in self.app.graph.nodes:
+            known = ", ".join(self.app.graph.nodes)
+            raise InvalidArgument(
+                f"as_node {as_node!r} is not a node of {self.app.name!r} (nodes: {known}).",
+                field="as_node",
+            )
+        apply_update({}, values, {}, origin="update_state")  # validate before locking
+        with self._active(**options) as active:
+            head = active.head
+            state = head.state if head else {}
+            state, delta = apply_update(
+                state, values, self.app.graph.reducers, origin=as_node or "update_state"
+            )
+            if as_node is not None:
+                nxt = self.app.graph.successors(as_node, state)
+                status, interrupts, tasks = ("in_progress" if nxt else "completed"), (), {}
+            elif head is not None:
+                nxt, status = list(head.next), head.status
+                interrupts, tasks = head.interrupts, head.tasks
+            else:
+                nxt, status, interrupts, tasks = [], "completed", (), {}
+            checkpoint = active.write(
+                source="fork",
+                status=status,
+                state=state,
+                delta=delta,
+                next=nxt,
+                interrupts=interrupts,
+                tasks=tasks,
+                metadata={"update": True, "as_node": as_node, "step": active._tip_version},
+                updates={as_node or "update_state": dict(values or {})},
+                final=True,
+            )
+        assert checkpoint is not None
+        return checkpoint
+
     def _active(
         self,
         *,
@@ -460,6 +538,7 @@ class WorkflowThread:
         on_busy: OnBusy | None = None,
         busy_timeout: float | None = None,
         run_id: str | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> ActiveRun:
         app = self.app
         return ActiveRun(
@@ -470,6 +549,7 @@ class WorkflowThread:
             on_busy=check_on_busy(on_busy or app.on_busy),
             busy_timeout=app.busy_timeout if busy_timeout is None else busy_timeout,
             lease_seconds=app.lease_seconds,
+            should_stop=should_stop,
         )
 
     def _go(
@@ -541,6 +621,10 @@ class _Execution:
                         "call retry() to continue it.",
                         thread_id=thread_id,
                     )
+                if input is None and head and head.source == "fork" and status == "in_progress":
+                    # Nothing new to merge: carry on from where the fork stands, as
+                    # LangGraph does for a run without input after update_state.
+                    return self._steps(head.state, list(head.next), dict(head.tasks))
                 state = head.state if head else {}
                 state, delta = apply_update(state, input, self.graph.reducers, origin="input")
                 nxt = self.graph.successors(START, state)
@@ -601,6 +685,13 @@ class _Execution:
         resumes: dict[str, list[Any]] = {k: list(v) for k, v in tasks.get("resumes", {}).items()}
         steps = 0
         while nxt:
+            if active.should_stop is not None and active.should_stop():
+                raise RunCancelled(
+                    f"run {active.run_id} on thread {active.thread_id!r} was stopped "
+                    "before its next step; retry() continues it.",
+                    thread_id=active.thread_id,
+                    run_id=active.run_id,
+                )
             steps += 1
             if steps > self.app.max_steps:
                 limit = self.app.max_steps
@@ -611,6 +702,15 @@ class _Execution:
                 )
                 self._fail(state, nxt, done, resumes, None, exc)
             outcomes = self._run_step(state, nxt, done, resumes)
+            if len(outcomes) > 1:
+                # With several nodes in a step, one's update may be stored (as finished
+                # work) in another's failure or suspend checkpoint: check it now.
+                for node, out in outcomes.items():
+                    if not isinstance(out, BaseException):
+                        try:
+                            apply_update({}, out, {}, origin=f"node {node!r}")
+                        except InvalidState as exc:
+                            outcomes[node] = exc
             suspended = [(n, o) for n, o in outcomes.items() if isinstance(o, _Suspend)]
             failed = [(n, o) for n, o in outcomes.items() if isinstance(o, Exception)]
             for node, out in outcomes.items():
@@ -651,7 +751,7 @@ class _Execution:
                     new_state, node_delta = apply_update(
                         new_state, done[node], self.graph.reducers, origin=f"node {node!r}"
                     )
-                except InvalidState as exc:
+                except Exception as exc:  # noqa: BLE001 - InvalidState, or a reducer's bug
                     done.pop(node)  # its update is not kept: retry() runs it again
                     self._fail(state, nxt, done, resumes, node, exc)
                 delta = compose(delta, node_delta)
@@ -700,9 +800,13 @@ class _Execution:
         if async_nodes:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-            results = self._loop.run_until_complete(
-                asyncio.gather(*(self._acall(n, state, resumes) for n in async_nodes))
-            )
+
+            async def gather() -> list[Any]:
+                # gather() must be called inside the loop: outside it, it looks for the
+                # thread's current loop, which a worker thread (arun, the runner) lacks.
+                return await asyncio.gather(*(self._acall(n, state, resumes) for n in async_nodes))
+
+            results = self._loop.run_until_complete(gather())
             outcomes.update(zip(async_nodes, results, strict=True))
         return {n: outcomes[n] for n in todo}
 

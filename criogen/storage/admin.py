@@ -61,3 +61,149 @@ class ValueAdmin(admin.ModelAdmin):
     search_fields = ("thread__id", "state_key")
     raw_id_fields = ("thread",)
     readonly_fields = ("thread", "state_key", "version", "kind", "prev", "data")
+
+
+# -- assistants and runs (the runner's tables) ------------------------------------------
+
+from criogen.storage.models import Assistant, DeadlineFiring, Run  # noqa: E402
+
+
+@admin.register(Assistant)
+class AssistantAdmin(admin.ModelAdmin):
+    list_display = ("assistant_id", "graph_id", "name", "version", "updated_at")
+    list_filter = ("graph_id",)
+    search_fields = ("assistant_id", "graph_id", "name")
+    readonly_fields = ("assistant_id", "created_at")
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = (
+        "run_id",
+        "thread",
+        "graph_id",
+        "status",
+        "durability",
+        "multitask_strategy",
+        "attempts",
+        "cancelled_by",
+        "created_at",
+    )
+    list_filter = ("status", "graph_id", "durability", "multitask_strategy")
+    search_fields = ("run_id", "thread__id", "graph_id", "cancelled_by", "worker")
+    list_select_related = ("thread",)
+    raw_id_fields = ("thread", "assistant", "owner")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    # Runs change through services and the runner; the admin only shows them.
+    readonly_fields = (
+        "run_id",
+        "status",
+        "attempts",
+        "worker",
+        "lease_expires",
+        "started_at",
+        "ended_at",
+        "error",
+        "created_at",
+        "updated_at",
+    )
+
+
+@admin.register(DeadlineFiring)
+class DeadlineFiringAdmin(admin.ModelAdmin):
+    list_display = ("thread", "kind", "interrupt_id", "outcome", "run", "fired_at")
+    list_filter = ("kind",)
+    search_fields = ("thread__id", "checkpoint_id", "interrupt_id")
+    raw_id_fields = ("thread", "run")
+    readonly_fields = (
+        "thread",
+        "checkpoint_id",
+        "interrupt_id",
+        "kind",
+        "outcome",
+        "run",
+        "fired_at",
+    )
+
+
+# -- agents: decisions, effect ledger, memory, documents, audit ----------------------------
+
+from criogen.storage.models import AuditEvent, Decision, Document, Effect, MemoryFact  # noqa: E402
+
+
+@admin.register(Decision)
+class DecisionAdmin(admin.ModelAdmin):
+    list_display = ("thread", "version", "call_id", "tool", "decision", "actor", "decided_at")
+    list_filter = ("decision", "tool")
+    search_fields = ("thread__id", "call_id", "actor")
+    raw_id_fields = ("thread",)
+    date_hierarchy = "decided_at"
+    # A decision is a record of what a person did: shown, never edited here.
+    readonly_fields = (
+        "thread",
+        "version",
+        "checkpoint_id",
+        "call_id",
+        "tool",
+        "digest",
+        "decision",
+        "args",
+        "message",
+        "actor",
+        "decided_at",
+    )
+
+
+@admin.register(Effect)
+class EffectAdmin(admin.ModelAdmin):
+    list_display = ("key", "thread", "tool", "call_id", "status", "attempts", "created_at")
+    list_filter = ("status", "tool")
+    search_fields = ("key", "thread__id", "call_id")
+    raw_id_fields = ("thread",)
+    readonly_fields = (
+        "key",
+        "thread",
+        "checkpoint_id",
+        "call_id",
+        "tool",
+        "args",
+        "status",
+        "result",
+        "attempts",
+        "created_at",
+        "finished_at",
+    )
+
+
+@admin.register(MemoryFact)
+class MemoryFactAdmin(admin.ModelAdmin):
+    list_display = ("namespace", "subject", "id", "updated_at")
+    list_filter = ("namespace",)
+    search_fields = ("subject", "id")
+
+
+@admin.register(Document)
+class DocumentAdmin(admin.ModelAdmin):
+    list_display = ("collection", "doc_id", "created_at")
+    list_filter = ("collection",)
+    search_fields = ("collection", "doc_id")
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ("created_at", "actor", "action", "thread_id")
+    list_filter = ("action",)
+    search_fields = ("actor", "thread_id")
+    date_hierarchy = "created_at"
+    readonly_fields = ("created_at", "actor", "action", "thread_id", "details")
+
+    # Append-only: the admin may read the trail, not change it.
+    def has_add_permission(self, request: object) -> bool:
+        return False
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: object, obj: object = None) -> bool:
+        return False

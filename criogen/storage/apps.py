@@ -10,3 +10,27 @@ class StorageConfig(AppConfig):
     label = "criogen"
     verbose_name = "Criogen"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.conf import settings
+
+        # Only inside the Django project (it configures the runner and a channel
+        # layer); a plain script's Storage("sqlite://…") sets up Django without them.
+        if hasattr(settings, "CRIOGEN_RUNNER") and hasattr(settings, "CHANNEL_LAYERS"):
+            from criogen import events
+
+            events.install()
+            if settings.CRIOGEN_RUNNER == "inprocess" and _is_server():
+                # Recover runs a previous server process left behind, without waiting
+                # for the first new run to start the in-process timer.
+                from criogen.runner import start_background
+
+                start_background()
+
+
+def _is_server() -> bool:
+    """Whether this process serves requests (not a migrate/test/shell command)."""
+    import sys
+
+    argv = " ".join(sys.argv[:2])
+    return any(name in argv for name in ("runserver", "daphne", "uvicorn", "gunicorn"))

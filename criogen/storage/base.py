@@ -18,15 +18,30 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from criogen.engine.checkpoints import Checkpoint, CheckpointWrite
-from criogen.engine.errors import UnknownStorageUrl
+from criogen.engine.errors import StorageError, UnknownStorageUrl
 
-__all__ = ["BACKENDS", "Storage", "ThreadInfo", "ValueRow", "build_state", "encode"]
+__all__ = [
+    "BACKENDS",
+    "AuditRecord",
+    "DecisionRecord",
+    "DocumentRecord",
+    "EffectRecord",
+    "FactRecord",
+    "Storage",
+    "ThreadInfo",
+    "ValueRow",
+    "build_state",
+    "encode",
+]
 
 logger = logging.getLogger("criogen.storage")
 
@@ -133,10 +148,11 @@ class Storage(ABC):
         scheme = "memory" if url in (None, "", "memory://", ":memory:") else _scheme(url)
         target = BACKENDS.get(scheme)
         if target is None:
+            shown = _redact(url)  # error messages end up in logs: no password in them
             raise UnknownStorageUrl(
-                f"storage URL {url!r} has the scheme {scheme!r}; use none (memory), "
+                f"storage URL {shown!r} has the scheme {scheme!r}; use none (memory), "
                 "'sqlite://path/to/file.db' or 'postgres://user:password@host/db'.",
-                url=url,
+                url=shown,
             )
         module, _, name = target.rpartition(".")
         backend: type[Storage] = getattr(importlib.import_module(module), name)
@@ -241,7 +257,268 @@ class Storage(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 
+    # -- agents: options, decisions, effect ledger, memory, documents, audit ----------
+    # Defaults refuse politely, so a third-party store that only keeps checkpoints still
+    # runs workflows and agents without approvals/memory; both shipped stores override.
+
+    def _init_options(self, options: Mapping[str, Any]) -> None:
+        """Read the options every backend shares: ``encryption_key`` and ``audit``.
+
+        ``encryption_key``: a Fernet key, or several comma-separated (the first encrypts);
+        default ``$CRIOGEN_ENCRYPTION_KEY``. ``audit``: record the audit trail; default
+        ``$CRIOGEN_AUDIT`` (true/false). Raises EncryptionKeyInvalid for a malformed key.
+        """
+        from criogen.engine.crypto import Cipher
+
+        self.cipher = Cipher.from_option(options.get("encryption_key"))
+        audit = options.get("audit")
+        if audit is None:
+            audit = os.environ.get("CRIOGEN_AUDIT", "").strip().lower() in (
+                "1",
+                "true",
+                "yes",
+                "on",
+            )
+        self.audit_enabled = bool(audit)
+
+    def _unsupported(self, what: str) -> StorageError:
+        return StorageError(f"{type(self).__name__} does not store {what}.", storage=self.url)
+
+    def write_decisions(
+        self,
+        writes: Sequence[CheckpointWrite],
+        decisions: Sequence[DecisionRecord],
+        *,
+        lease_id: str | None,
+    ) -> None:
+        """Append checkpoints (as :meth:`write`) and insert decision records, all or nothing.
+
+        Raises:
+            AlreadyDecided: a decision for one of the ``(thread, version, call_id)`` exists;
+                nothing was written.
+            LeaseLost, StorageError: as for :meth:`write`.
+        """
+        raise self._unsupported("approval decisions")
+
+    def decisions(self, thread_id: str, *, version: int | None = None) -> list[DecisionRecord]:
+        """The thread's decision records, newest first (only ``version``'s if given)."""
+        return []
+
+    def begin_effect(self, effect: EffectRecord) -> EffectRecord | None:
+        """Commit the intent row of a tool call before it runs.
+
+        Returns None when the intent was inserted, or the existing record (unchanged) when
+        one with the same idempotency key is already there.
+        """
+        raise self._unsupported("the effect ledger")
+
+    def retry_effect(self, key: str) -> None:
+        """Count one more attempt of an effect whose outcome is unknown (it runs again)."""
+        raise self._unsupported("the effect ledger")
+
+    def finish_effect(self, key: str, *, status: str, result: str) -> None:
+        """Commit the outcome (``success``/``error`` and the tool message content)."""
+        raise self._unsupported("the effect ledger")
+
+    def get_effect(self, key: str) -> EffectRecord | None:
+        """The effect with this idempotency key, or None."""
+        return None
+
+    def effects(self, thread_id: str) -> list[EffectRecord]:
+        """The thread's effects, oldest first."""
+        return []
+
+    def add_fact(self, namespace: str, subject: str, text: str) -> FactRecord:
+        """Store a long-term fact about ``subject`` and return it (with its new id)."""
+        raise self._unsupported("memory facts")
+
+    def facts(self, namespace: str, subject: str) -> list[FactRecord]:
+        """The facts about ``subject``, oldest first."""
+        return []
+
+    def get_fact(self, fact_id: str) -> FactRecord | None:
+        """One fact, or None."""
+        return None
+
+    def update_fact(self, fact_id: str, text: str) -> FactRecord | None:
+        """Replace a fact's text; None when there is no such fact."""
+        raise self._unsupported("memory facts")
+
+    def delete_fact(self, fact_id: str) -> bool:
+        """Remove a fact; False when there was none."""
+        raise self._unsupported("memory facts")
+
+    def put_document(
+        self, collection: str, doc_id: str, text: str, metadata: Mapping[str, Any]
+    ) -> DocumentRecord:
+        """Add a document to a collection, or replace the one with the same id."""
+        raise self._unsupported("documents")
+
+    def get_document(self, collection: str, doc_id: str) -> DocumentRecord | None:
+        """One document, or None."""
+        return None
+
+    def delete_document(self, collection: str, doc_id: str) -> bool:
+        """Remove a document; False when there was none."""
+        raise self._unsupported("documents")
+
+    def documents(
+        self, collection: str, *, limit: int = 100, offset: int = 0
+    ) -> list[DocumentRecord]:
+        """The collection's documents, oldest first."""
+        return []
+
+    def search_documents(
+        self, collection: str, query: str, *, limit: int = 5
+    ) -> list[DocumentRecord]:
+        """The documents that best match ``query``, best first (``score`` set).
+
+        PostgreSQL: full-text search (``websearch_to_tsquery``, English stemming, ranked
+        by ``ts_rank``). SQLite: FTS5 (``bm25``). Memory, and any store with encryption
+        on (the database cannot index ciphertext): every query word must occur in the
+        text, case-insensitively, ranked by how often they occur.
+        """
+        return []
+
+    def record_audit(  # noqa: B027 - a no-op unless a backend keeps the audit trail
+        self,
+        action: str,
+        *,
+        thread_id: str | None = None,
+        actor: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append an audit event when the audit trail is on (a no-op otherwise)."""
+
+    def audit_events(self, *, thread_id: str | None = None, limit: int = 100) -> list[AuditRecord]:
+        """Audit events, newest first (only ``thread_id``'s if given)."""
+        return []
+
 
 def _scheme(url: str) -> str:
     scheme, sep, _ = url.partition("://")
     return scheme.lower() if sep else ""
+
+
+def _redact(url: str) -> str:
+    """The URL with its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password:
+        return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
+    return url
+
+
+# -- records of the agent tables ---------------------------------------------------------
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """An operator's decision on one pending tool call (see ``Decision`` model)."""
+
+    thread_id: str
+    """The thread."""
+    version: int
+    """Version of the suspended checkpoint the decision answers."""
+    checkpoint_id: str
+    """Id of that checkpoint."""
+    call_id: str
+    """The tool call decided."""
+    tool: str
+    """The tool's name."""
+    digest: str
+    """SHA-256 of the call's canonical arguments (what the operator saw)."""
+    decision: str
+    """``approve``, ``reject``, ``edit`` or ``respond``."""
+    args: dict[str, Any] | None = None
+    """For ``edit``: the arguments the tool runs with instead."""
+    message: str | None = None
+    """For ``reject``: the reason; for ``respond``: the reply given to the model."""
+    actor: str | None = None
+    """Who decided, when known."""
+    decided_at: datetime = field(default_factory=_utcnow)
+    """When."""
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRecord:
+    """One row of the effect ledger (see ``Effect`` model)."""
+
+    key: str
+    """Idempotency key: a hash of (thread, checkpoint of the step, call id)."""
+    thread_id: str
+    """The thread."""
+    checkpoint_id: str
+    """The checkpoint of the model step that asked for the call."""
+    call_id: str
+    """The tool call."""
+    tool: str
+    """The tool's name."""
+    args: dict[str, Any]
+    """The arguments it runs with."""
+    status: str = "intent"
+    """``intent`` (running or outcome unknown), ``success`` or ``error``."""
+    result: str | None = None
+    """The tool message content, once finished."""
+    attempts: int = 1
+    """How many times the tool was started with this key."""
+    created_at: datetime = field(default_factory=_utcnow)
+    """When the intent was committed."""
+    finished_at: datetime | None = None
+    """When the outcome was committed."""
+
+
+@dataclass(frozen=True, slots=True)
+class FactRecord:
+    """A long-term memory fact about one person."""
+
+    id: str
+    """Random UUID."""
+    namespace: str
+    """The state key the person is found by (``user_id``)."""
+    subject: str
+    """Its value: the person."""
+    text: str
+    """The fact."""
+    created_at: datetime = field(default_factory=_utcnow)
+    """When it was stored."""
+    updated_at: datetime = field(default_factory=_utcnow)
+    """When it was last edited."""
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentRecord:
+    """A document of a collection."""
+
+    collection: str
+    """The collection's name."""
+    doc_id: str
+    """Its id within the collection."""
+    text: str
+    """The text searched and shown to the model."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Free JSON (source, title, url…)."""
+    created_at: datetime = field(default_factory=_utcnow)
+    """When it was stored."""
+    score: float | None = None
+    """For search results: how well it matched (higher is better)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One audit event: who did what to which thread, and when."""
+
+    action: str
+    """``input``, ``approve``, ``reject``, ``decide``, ``respond``, ``rewind``, ``retry``,
+    ``update_state``, ``delete``…"""
+    thread_id: str | None
+    """The thread, if the action concerns one."""
+    actor: str | None
+    """Who, when known."""
+    details: dict[str, Any]
+    """What exactly (decisions with edits, checkpoint ids…)."""
+    created_at: datetime = field(default_factory=_utcnow)
+    """When."""

@@ -6,16 +6,30 @@ as the SQL backend does (JSON text, deltas) so both behave the same.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+import uuid
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from criogen.engine.checkpoints import Checkpoint, CheckpointWrite
-from criogen.engine.errors import CheckpointNotFound, LeaseLost, StorageError
-from criogen.storage.base import Storage, ThreadInfo, ValueRow, build_state, value_rows_for
+from criogen.engine.errors import AlreadyDecided, CheckpointNotFound, LeaseLost, StorageError
+from criogen.storage.base import (
+    AuditRecord,
+    DecisionRecord,
+    DocumentRecord,
+    EffectRecord,
+    FactRecord,
+    Storage,
+    ThreadInfo,
+    ValueRow,
+    build_state,
+    value_rows_for,
+)
 
 __all__ = ["MemoryStorage"]
 
@@ -41,6 +55,13 @@ class MemoryStorage(Storage):
         self.url = "memory://"
         self._threads: dict[str, _Thread] = {}
         self._lock = threading.RLock()
+        self._init_options(options)
+        # Agent tables (decisions, effects, facts, documents, audit), under the same lock.
+        self._decisions: dict[str, list[DecisionRecord]] = {}
+        self._effects: dict[str, EffectRecord] = {}
+        self._facts: dict[str, FactRecord] = {}
+        self._documents: dict[tuple[str, str], DocumentRecord] = {}
+        self._audit: list[AuditRecord] = []
 
     # -- leases ----------------------------------------------------------------------
 
@@ -152,9 +173,170 @@ class MemoryStorage(Storage):
 
     def delete_thread(self, thread_id: str) -> bool:
         with self._lock:
+            # Decisions and effects go with their thread, as the ORM's foreign keys cascade.
+            self._decisions.pop(thread_id, None)
+            for key in [k for k, e in self._effects.items() if e.thread_id == thread_id]:
+                del self._effects[key]
             return self._threads.pop(thread_id, None) is not None
 
     def thread_ids(self, *, limit: int = 100, offset: int = 0) -> list[str]:
         with self._lock:
             ordered = sorted(self._threads, key=lambda t: self._threads[t].updated, reverse=True)
             return ordered[offset : offset + limit]
+
+    # -- agents ------------------------------------------------------------------------
+
+    def write_decisions(
+        self,
+        writes: Sequence[CheckpointWrite],
+        decisions: Sequence[DecisionRecord],
+        *,
+        lease_id: str | None,
+    ) -> None:
+        with self._lock:
+            for d in decisions:
+                for old in self._decisions.get(d.thread_id, ()):
+                    if (old.version, old.call_id) == (d.version, d.call_id):
+                        raise AlreadyDecided(
+                            f"call {d.call_id!r} of thread {d.thread_id!r} (v{d.version}) was "
+                            f"already decided by {old.actor or 'someone'} at "
+                            f"{old.decided_at.isoformat()}.",
+                            thread_id=d.thread_id,
+                            decided_by=old.actor,
+                            decided_at=old.decided_at.isoformat(),
+                        )
+            self.write(writes, lease_id=lease_id)  # raises before anything is stored
+            for d in decisions:
+                self._decisions.setdefault(d.thread_id, []).append(d)
+
+    def decisions(self, thread_id: str, *, version: int | None = None) -> list[DecisionRecord]:
+        with self._lock:
+            found = [
+                d
+                for d in self._decisions.get(thread_id, ())
+                if version is None or d.version == version
+            ]
+        return sorted(found, key=lambda d: (d.decided_at, d.version), reverse=True)
+
+    def begin_effect(self, effect: EffectRecord) -> EffectRecord | None:
+        with self._lock:
+            existing = self._effects.get(effect.key)
+            if existing is not None:
+                return existing
+            self._effects[effect.key] = effect
+            return None
+
+    def retry_effect(self, key: str) -> None:
+        with self._lock:
+            effect = self._effects[key]
+            self._effects[key] = replace(effect, attempts=effect.attempts + 1)
+
+    def finish_effect(self, key: str, *, status: str, result: str) -> None:
+        with self._lock:
+            effect = self._effects[key]
+            self._effects[key] = replace(
+                effect, status=status, result=result, finished_at=datetime.now(UTC)
+            )
+
+    def get_effect(self, key: str) -> EffectRecord | None:
+        with self._lock:
+            return self._effects.get(key)
+
+    def effects(self, thread_id: str) -> list[EffectRecord]:
+        with self._lock:
+            found = [e for e in self._effects.values() if e.thread_id == thread_id]
+        return sorted(found, key=lambda e: e.created_at)
+
+    def add_fact(self, namespace: str, subject: str, text: str) -> FactRecord:
+        fact = FactRecord(str(uuid.uuid4()), namespace, subject, text)
+        with self._lock:
+            self._facts[fact.id] = fact
+        return fact
+
+    def facts(self, namespace: str, subject: str) -> list[FactRecord]:
+        with self._lock:
+            found = [
+                f for f in self._facts.values() if (f.namespace, f.subject) == (namespace, subject)
+            ]
+        return sorted(found, key=lambda f: f.created_at)
+
+    def get_fact(self, fact_id: str) -> FactRecord | None:
+        with self._lock:
+            return self._facts.get(fact_id)
+
+    def update_fact(self, fact_id: str, text: str) -> FactRecord | None:
+        with self._lock:
+            fact = self._facts.get(fact_id)
+            if fact is None:
+                return None
+            fact = self._facts[fact_id] = replace(fact, text=text, updated_at=datetime.now(UTC))
+            return fact
+
+    def delete_fact(self, fact_id: str) -> bool:
+        with self._lock:
+            return self._facts.pop(fact_id, None) is not None
+
+    def put_document(
+        self, collection: str, doc_id: str, text: str, metadata: Mapping[str, Any]
+    ) -> DocumentRecord:
+        doc = DocumentRecord(collection, doc_id, text, dict(metadata))
+        with self._lock:
+            self._documents[(collection, doc_id)] = doc
+        return doc
+
+    def get_document(self, collection: str, doc_id: str) -> DocumentRecord | None:
+        with self._lock:
+            return self._documents.get((collection, doc_id))
+
+    def delete_document(self, collection: str, doc_id: str) -> bool:
+        with self._lock:
+            return self._documents.pop((collection, doc_id), None) is not None
+
+    def documents(
+        self, collection: str, *, limit: int = 100, offset: int = 0
+    ) -> list[DocumentRecord]:
+        with self._lock:
+            found = [d for (c, _), d in self._documents.items() if c == collection]
+        return sorted(found, key=lambda d: d.created_at)[offset : offset + limit]
+
+    def search_documents(
+        self, collection: str, query: str, *, limit: int = 5
+    ) -> list[DocumentRecord]:
+        return rank_by_words(self.documents(collection, limit=1_000_000), query, limit)
+
+    def record_audit(
+        self,
+        action: str,
+        *,
+        thread_id: str | None = None,
+        actor: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not self.audit_enabled:
+            return
+        with self._lock:
+            self._audit.append(AuditRecord(action, thread_id, actor, dict(details or {})))
+
+    def audit_events(self, *, thread_id: str | None = None, limit: int = 100) -> list[AuditRecord]:
+        with self._lock:
+            found = [e for e in self._audit if thread_id is None or e.thread_id == thread_id]
+        return list(reversed(found))[:limit]
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def rank_by_words(docs: Sequence[DocumentRecord], query: str, limit: int) -> list[DocumentRecord]:
+    """Documents containing every word of ``query`` (case-insensitive substrings), ranked
+    by how often the words occur: the search of stores that cannot index the text."""
+    words = [w.lower() for w in _WORD.findall(query)]
+    if not words:
+        return []
+    scored: list[tuple[float, int, DocumentRecord]] = []
+    for index, doc in enumerate(docs):
+        text = doc.text.lower()
+        counts = [text.count(w) for w in words]
+        if all(counts):
+            scored.append((float(sum(counts)), -index, doc))
+    scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
+    return [replace(doc, score=score) for score, _, doc in scored[:limit]]

@@ -11,11 +11,14 @@ inserts in data-modifying CTEs, so one round trip and one commit); on SQLite a s
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
 
@@ -26,8 +29,21 @@ from criogen.engine.checkpoints import (
     RunId,
     ThreadId,
 )
-from criogen.engine.errors import CheckpointNotFound, LeaseLost, StorageError
-from criogen.storage.base import Storage, ThreadInfo, ValueRow, build_state, encode, value_rows_for
+from criogen.engine.crypto import open_without_key
+from criogen.engine.errors import AlreadyDecided, CheckpointNotFound, LeaseLost, StorageError
+from criogen.storage.base import (
+    AuditRecord,
+    DecisionRecord,
+    DocumentRecord,
+    EffectRecord,
+    FactRecord,
+    Storage,
+    ThreadInfo,
+    ValueRow,
+    build_state,
+    encode,
+    value_rows_for,
+)
 from criogen.storage.setup import database_alias, redact
 
 __all__ = ["OrmStorage"]
@@ -45,6 +61,20 @@ class OrmStorage(Storage):
         self.alias = database_alias(url)
         self.url = redact(url)
         self.vendor = connections[self.alias].vendor
+        from django.conf import settings
+
+        # Options win; then, for the project's own databases (Storage.default()), the
+        # Django settings; then the environment (in _init_options). A Storage(url) of
+        # another database made inside the project keeps the plain-script defaults.
+        agent_options = dict(options)
+        if url.startswith("django://"):
+            for option, setting in (
+                ("encryption_key", "CRIOGEN_ENCRYPTION_KEY"),
+                ("audit", "CRIOGEN_AUDIT"),
+            ):
+                if agent_options.get(option) is None:
+                    agent_options[option] = getattr(settings, setting, None) or None
+        self._init_options(agent_options)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -115,21 +145,30 @@ class OrmStorage(Storage):
     def write(self, writes: Sequence[CheckpointWrite], *, lease_id: str | None) -> None:
         if not writes:
             return
-        by_thread: dict[str, list[CheckpointWrite]] = {}
-        for w in writes:
-            by_thread.setdefault(w.checkpoint.thread_id, []).append(w)
-        try:
+        by_thread = _by_thread(writes)
+        with self._write_errors(writes, "checkpoint write"):
             if self.vendor == "postgresql" and len(by_thread) == 1:
                 ((thread_id, group),) = by_thread.items()
                 if not self._write_pg(thread_id, group, lease_id):
                     self._refused(thread_id, group[0].after, lease_id)
                 return
             with transaction.atomic(using=self.alias):
-                for thread_id, group in by_thread.items():
-                    if not self._write_sql(thread_id, group, lease_id):
-                        self._refused(thread_id, group[0].after, lease_id)
+                self._write_groups(by_thread, lease_id)
+
+    def _write_groups(
+        self, by_thread: dict[str, list[CheckpointWrite]], lease_id: str | None
+    ) -> None:
+        for thread_id, group in by_thread.items():
+            if not self._write_sql(thread_id, group, lease_id):
+                self._refused(thread_id, group[0].after, lease_id)
+
+    @contextmanager
+    def _write_errors(self, writes: Sequence[CheckpointWrite], what: str) -> Iterator[None]:
+        """Turn the database's refusals of a write into StorageError (nothing written)."""
+        thread_id = writes[0].checkpoint.thread_id if writes else None
+        try:
+            yield
         except IntegrityError as exc:
-            thread_id = writes[0].checkpoint.thread_id
             raise StorageError(
                 f"thread {thread_id!r} already has a checkpoint with that version: "
                 "another write got there first.",
@@ -138,8 +177,8 @@ class OrmStorage(Storage):
         except DatabaseError as exc:
             connections[self.alias].close_if_unusable_or_obsolete()
             raise StorageError(
-                f"the database refused the checkpoint write ({exc}); nothing was written.",
-                thread_id=writes[0].checkpoint.thread_id,
+                f"the database refused the {what} ({exc}); nothing was written.",
+                thread_id=thread_id,
             ) from exc
 
     def _head_params(self, group: Sequence[CheckpointWrite]) -> list[Any]:
@@ -248,7 +287,13 @@ class OrmStorage(Storage):
                 f"run {lease_id} no longer holds thread {thread_id!r}; another run took it over.",
                 thread_id=thread_id,
             )
-        head = row[0] if row else 0
+        if row is None:
+            raise StorageError(
+                f"thread {thread_id!r} does not exist: take its lease (acquire) before "
+                "writing to it.",
+                thread_id=thread_id,
+            )
+        head = row[0]
         raise StorageError(
             f"thread {thread_id!r} is at version {head}, not {after}: another write got "
             "there first.",
@@ -258,10 +303,10 @@ class OrmStorage(Storage):
     # -- encoding (encryption at rest hooks in here) -------------------------------------
 
     def _seal(self, text: str) -> str:
-        return text
+        return self.cipher.seal(text) if self.cipher is not None else text
 
     def _open(self, text: str) -> str:
-        return text
+        return self.cipher.open(text) if self.cipher is not None else open_without_key(text)
 
     def _encode_body(self, cp: Checkpoint) -> str:
         return self._seal(
@@ -394,3 +439,334 @@ class OrmStorage(Storage):
 
     def close(self) -> None:
         connections[self.alias].close()
+
+    # -- agents: decisions, effect ledger, memory, documents, audit ----------------------
+    # Not the hot path: the ORM is fine here. User data goes through _seal/_open.
+
+    def _json_in(self, value: Any) -> str:
+        return self._seal(encode(value))
+
+    def _json_out(self, text: str | None) -> Any:
+        return None if text in (None, "") else json.loads(self._open(text))  # type: ignore[arg-type]
+
+    def write_decisions(
+        self,
+        writes: Sequence[CheckpointWrite],
+        decisions: Sequence[DecisionRecord],
+        *,
+        lease_id: str | None,
+    ) -> None:
+        from criogen.storage.models import Decision
+
+        rows = [
+            Decision(
+                thread_id=d.thread_id,
+                version=d.version,
+                checkpoint_id=d.checkpoint_id,
+                call_id=d.call_id,
+                tool=d.tool,
+                digest=d.digest,
+                decision=d.decision,
+                args="" if d.args is None else self._json_in(d.args),
+                message="" if d.message is None else self._seal(d.message),
+                actor=d.actor,
+                decided_at=d.decided_at,
+            )
+            for d in decisions
+        ]
+        # One transaction for the decisions and the checkpoint that resumes the run
+        # (also on PostgreSQL, where write() would use its single-statement path).
+        with self._write_errors(writes, "decision write"), transaction.atomic(using=self.alias):
+            try:
+                with transaction.atomic(using=self.alias):
+                    Decision.objects.using(self.alias).bulk_create(rows)
+            except IntegrityError as exc:
+                # (thread, version, call id) is unique: another decision got there first.
+                self._already_decided(decisions, exc)
+            self._write_groups(_by_thread(writes), lease_id)
+
+    def _already_decided(self, decisions: Sequence[DecisionRecord], exc: Exception) -> NoReturn:
+        first = decisions[0]
+        found = self.decisions(first.thread_id, version=first.version)
+        actor = found[0].actor if found else None
+        when = found[0].decided_at.isoformat() if found else None
+        raise AlreadyDecided(
+            f"the suspension v{first.version} of thread {first.thread_id!r} was already "
+            f"decided by {actor or 'someone'} at {when}.",
+            thread_id=first.thread_id,
+            decided_by=actor,
+            decided_at=when,
+        ) from exc
+
+    def decisions(self, thread_id: str, *, version: int | None = None) -> list[DecisionRecord]:
+        from criogen.storage.models import Decision
+
+        qs = Decision.objects.using(self.alias).filter(thread_id=thread_id)
+        if version is not None:
+            qs = qs.filter(version=version)
+        return [
+            DecisionRecord(
+                thread_id=d.thread_id,
+                version=d.version,
+                checkpoint_id=d.checkpoint_id,
+                call_id=d.call_id,
+                tool=d.tool,
+                digest=d.digest,
+                decision=d.decision,
+                args=self._json_out(d.args),
+                message=self._open(d.message) if d.message else None,
+                actor=d.actor,
+                decided_at=d.decided_at,
+            )
+            for d in qs.order_by("-decided_at", "-version", "-id")
+        ]
+
+    def _effect(self, e: Any) -> EffectRecord:
+        return EffectRecord(
+            key=e.key,
+            thread_id=e.thread_id,
+            checkpoint_id=e.checkpoint_id,
+            call_id=e.call_id,
+            tool=e.tool,
+            args=self._json_out(e.args),
+            status=e.status,
+            result=self._open(e.result) if e.result is not None else None,
+            attempts=e.attempts,
+            created_at=e.created_at,
+            finished_at=e.finished_at,
+        )
+
+    def begin_effect(self, effect: EffectRecord) -> EffectRecord | None:
+        from criogen.storage.models import Effect
+
+        try:
+            with transaction.atomic(using=self.alias):
+                Effect.objects.using(self.alias).create(
+                    key=effect.key,
+                    thread_id=effect.thread_id,
+                    checkpoint_id=effect.checkpoint_id,
+                    call_id=effect.call_id,
+                    tool=effect.tool,
+                    args=self._json_in(effect.args),
+                    status=effect.status,
+                    attempts=effect.attempts,
+                    created_at=effect.created_at,
+                )
+        except IntegrityError:
+            return self.get_effect(effect.key)
+        return None
+
+    def retry_effect(self, key: str) -> None:
+        from django.db.models import F
+
+        from criogen.storage.models import Effect
+
+        Effect.objects.using(self.alias).filter(key=key).update(attempts=F("attempts") + 1)
+
+    def finish_effect(self, key: str, *, status: str, result: str) -> None:
+        from django.utils import timezone
+
+        from criogen.storage.models import Effect
+
+        Effect.objects.using(self.alias).filter(key=key).update(
+            status=status, result=self._seal(result), finished_at=timezone.now()
+        )
+
+    def get_effect(self, key: str) -> EffectRecord | None:
+        from criogen.storage.models import Effect
+
+        found = Effect.objects.using(self.alias).filter(key=key).first()
+        return self._effect(found) if found else None
+
+    def effects(self, thread_id: str) -> list[EffectRecord]:
+        from criogen.storage.models import Effect
+
+        qs = Effect.objects.using(self.alias).filter(thread_id=thread_id)
+        return [self._effect(e) for e in qs.order_by("created_at", "key")]
+
+    def _fact(self, f: Any) -> FactRecord:
+        return FactRecord(
+            f.id, f.namespace, f.subject, self._open(f.text), f.created_at, f.updated_at
+        )
+
+    def add_fact(self, namespace: str, subject: str, text: str) -> FactRecord:
+        from criogen.storage.models import MemoryFact
+
+        row = MemoryFact.objects.using(self.alias).create(
+            id=str(uuid.uuid4()), namespace=namespace, subject=subject, text=self._seal(text)
+        )
+        return FactRecord(row.id, namespace, subject, text, row.created_at, row.updated_at)
+
+    def facts(self, namespace: str, subject: str) -> list[FactRecord]:
+        from criogen.storage.models import MemoryFact
+
+        qs = MemoryFact.objects.using(self.alias).filter(namespace=namespace, subject=subject)
+        return [self._fact(f) for f in qs.order_by("created_at", "id")]
+
+    def get_fact(self, fact_id: str) -> FactRecord | None:
+        from criogen.storage.models import MemoryFact
+
+        found = MemoryFact.objects.using(self.alias).filter(id=fact_id).first()
+        return self._fact(found) if found else None
+
+    def update_fact(self, fact_id: str, text: str) -> FactRecord | None:
+        from django.utils import timezone
+
+        from criogen.storage.models import MemoryFact
+
+        MemoryFact.objects.using(self.alias).filter(id=fact_id).update(
+            text=self._seal(text), updated_at=timezone.now()
+        )
+        return self.get_fact(fact_id)
+
+    def delete_fact(self, fact_id: str) -> bool:
+        from criogen.storage.models import MemoryFact
+
+        deleted, _ = MemoryFact.objects.using(self.alias).filter(id=fact_id).delete()
+        return deleted > 0
+
+    def _document(self, d: Any, score: float | None = None) -> DocumentRecord:
+        return DocumentRecord(
+            d.collection,
+            d.doc_id,
+            self._open(d.text),
+            self._json_out(d.metadata) or {},
+            d.created_at,
+            score,
+        )
+
+    def put_document(
+        self, collection: str, doc_id: str, text: str, metadata: Mapping[str, Any]
+    ) -> DocumentRecord:
+        from criogen.storage.models import Document
+
+        row, _ = Document.objects.using(self.alias).update_or_create(
+            collection=collection,
+            doc_id=doc_id,
+            defaults={"text": self._seal(text), "metadata": self._json_in(dict(metadata))},
+        )
+        return DocumentRecord(collection, doc_id, text, dict(metadata), row.created_at)
+
+    def get_document(self, collection: str, doc_id: str) -> DocumentRecord | None:
+        from criogen.storage.models import Document
+
+        found = Document.objects.using(self.alias).filter(collection=collection, doc_id=doc_id)
+        row = found.first()
+        return self._document(row) if row else None
+
+    def delete_document(self, collection: str, doc_id: str) -> bool:
+        from criogen.storage.models import Document
+
+        qs = Document.objects.using(self.alias).filter(collection=collection, doc_id=doc_id)
+        deleted, _ = qs.delete()
+        return deleted > 0
+
+    def documents(
+        self, collection: str, *, limit: int = 100, offset: int = 0
+    ) -> list[DocumentRecord]:
+        from criogen.storage.models import Document
+
+        qs = Document.objects.using(self.alias).filter(collection=collection)
+        return [self._document(d) for d in qs.order_by("created_at", "id")[offset : offset + limit]]
+
+    def search_documents(
+        self, collection: str, query: str, *, limit: int = 5
+    ) -> list[DocumentRecord]:
+        from criogen.storage.memory import rank_by_words
+
+        if self.cipher is not None:
+            # The database cannot index ciphertext: decrypt and rank here.
+            return rank_by_words(self.documents(collection, limit=1_000_000), query, limit)
+        words = re.findall(r"\w+", query)
+        if not words:
+            return []
+        if self.vendor == "sqlite":
+            # Each word quoted: FTS5 query syntax (AND, NEAR, *, ^) in user input is text.
+            match = " ".join('"' + w.replace('"', "") + '"' for w in words)
+            sql = (
+                "SELECT d.collection, d.doc_id, d.text, d.metadata, d.created_at,"
+                " bm25(criogen_document_fts) FROM criogen_document_fts"
+                " JOIN criogen_document d ON d.id = criogen_document_fts.rowid"
+                " WHERE criogen_document_fts MATCH %s AND d.collection = %s"
+                " ORDER BY bm25(criogen_document_fts), d.id LIMIT %s"
+            )
+            params: list[Any] = [match, collection, limit]
+        else:
+            sql = (
+                "SELECT collection, doc_id, text, metadata, created_at,"
+                " ts_rank(to_tsvector('english', text), q)"
+                " FROM criogen_document, websearch_to_tsquery('english', %s) q"
+                " WHERE collection = %s AND to_tsvector('english', text) @@ q"
+                " ORDER BY 6 DESC, id LIMIT %s"
+            )
+            params = [" ".join(words), collection, limit]
+        with self._cursor() as cur:
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+        return [
+            DocumentRecord(
+                c,
+                doc_id,
+                self._open(text),
+                self._json_out(meta) or {},
+                self._time(created),
+                # bm25 is lower-is-better and negative; flip it so higher is better.
+                -float(rank) if self.vendor == "sqlite" else float(rank),
+            )
+            for c, doc_id, text, meta, created, rank in rows
+        ]
+
+    def record_audit(
+        self,
+        action: str,
+        *,
+        thread_id: str | None = None,
+        actor: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not self.audit_enabled:
+            return
+        from criogen.storage.models import AuditEvent
+
+        AuditEvent.objects.using(self.alias).create(
+            action=action,
+            thread_id=thread_id or "",
+            actor=actor,
+            details=self._json_in(dict(details or {})),
+        )
+
+    def audit_events(self, *, thread_id: str | None = None, limit: int = 100) -> list[AuditRecord]:
+        from criogen.storage.models import AuditEvent
+
+        qs = AuditEvent.objects.using(self.alias).all()
+        if thread_id is not None:
+            qs = qs.filter(thread_id=thread_id)
+        return [
+            AuditRecord(
+                e.action,
+                e.thread_id or None,
+                e.actor,
+                self._json_out(e.details) or {},
+                e.created_at,
+            )
+            for e in qs.order_by("-created_at", "-id")[:limit]
+        ]
+
+
+def _by_thread(writes: Sequence[CheckpointWrite]) -> dict[str, list[CheckpointWrite]]:
+    """The writes grouped by thread, each group checked to follow on without a gap."""
+    by_thread: dict[str, list[CheckpointWrite]] = {}
+    for w in writes:
+        group = by_thread.setdefault(w.checkpoint.thread_id, [])
+        # The SQL checks only the first write of a thread against its head; the
+        # rest must each follow the one before, or the head would skip versions.
+        expected = group[-1].checkpoint.version if group else w.after
+        if w.after != expected or w.checkpoint.version <= w.after:
+            raise StorageError(
+                f"thread {w.checkpoint.thread_id!r}: a write of version "
+                f"{w.checkpoint.version} expects version {w.after}, not {expected}; "
+                "nothing was written.",
+                thread_id=w.checkpoint.thread_id,
+            )
+        group.append(w)
+    return by_thread

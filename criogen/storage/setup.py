@@ -112,8 +112,20 @@ def database_alias(url: str) -> str:
             alias = url.removeprefix("django://") or "default"
             from django.db import connections
 
-            if alias not in connections.settings:
-                raise UnknownStorageUrl(f"no database {alias!r} in DATABASES.", url=url)
+            engine = (
+                connections.settings[alias].get("ENGINE", "")
+                if alias in connections.settings
+                else ""
+            )
+            # Without a Django project, Django fills in a "dummy" default database that
+            # fails on first use with a message about settings: say what to do instead.
+            if not engine or engine.endswith(".dummy"):
+                raise UnknownStorageUrl(
+                    f"no database {alias!r} in DATABASES: Storage.default() needs a Django "
+                    "project (DJANGO_SETTINGS_MODULE); in a plain script use "
+                    "Storage('sqlite://path/to/file.db') or Storage('postgres://…').",
+                    url=url,
+                )
             return alias
         config = database_config(url)
         alias = "criogen_" + hashlib.sha256(url.encode()).hexdigest()[:12]

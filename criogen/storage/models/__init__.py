@@ -3,6 +3,20 @@ Django finds its models."""
 
 from __future__ import annotations
 
+from criogen.storage.models.agents import AuditEvent, Decision, Document, Effect, MemoryFact
+from criogen.storage.models.runs import Assistant, DeadlineFiring, Run
 from criogen.storage.models.threads import Checkpoint, Thread, Value
 
-__all__ = ["Checkpoint", "Thread", "Value"]
+__all__ = [
+    "Assistant",
+    "AuditEvent",
+    "Checkpoint",
+    "DeadlineFiring",
+    "Decision",
+    "Document",
+    "Effect",
+    "MemoryFact",
+    "Run",
+    "Thread",
+    "Value",
+]

@@ -23,6 +23,7 @@ HEAD_STATUSES = [
     ("failed", "failed"),
 ]
 SOURCES = [(s, s) for s in ("input", "step", "suspend", "failure", "fork")]
+TTL_STRATEGIES = [("delete", "delete"), ("keep_latest", "keep latest")]
 
 
 class Thread(models.Model):
@@ -48,6 +49,14 @@ class Thread(models.Model):
     # run's heartbeat, so another process can tell a live run from a dead one.
     lease_id = models.CharField(max_length=64, null=True, blank=True)
     lease_expires = models.FloatField(default=0.0)
+    # Time to live (the REST ``ttl``): the sweep applies ``ttl_strategy`` once
+    # ``expires_at`` passes. ``db_default`` because the engine inserts threads with raw
+    # SQL that does not name these columns.
+    ttl_minutes = models.PositiveIntegerField(null=True, blank=True)
+    ttl_strategy = models.CharField(
+        max_length=16, choices=TTL_STRATEGIES, default="delete", db_default="delete"
+    )
+    expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
     class Meta:
         db_table = "criogen_thread"

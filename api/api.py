@@ -1,0 +1,29 @@
+"""The NinjaAPI: one router per resource, mounted at the site root (as the SDK calls it)."""
+
+from __future__ import annotations
+
+from ninja import NinjaAPI
+
+from api.auth import auth_backends
+from api.errors import register_exception_handlers
+from api.routers import assistants, crons, runs, store, system, threads
+
+api = NinjaAPI(
+    title="Criogen API",
+    version="1",
+    description="LangGraph Platform compatible: threads, runs, assistants, store.",
+    auth=auth_backends(),
+    urls_namespace="api",
+    docs_url="/docs",
+    openapi_url="/openapi.json",
+)
+register_exception_handlers(api)
+api.add_router("/", system.router)
+api.add_router("/assistants", assistants.router)
+api.add_router("/threads", threads.router)
+# Crons first: "/threads/{id}/runs/crons" must win over "/threads/{id}/runs/{run_id}".
+api.add_router("/threads", crons.thread_router)
+api.add_router("/runs/crons", crons.router)
+api.add_router("/threads", runs.thread_router)
+api.add_router("/runs", runs.router)
+api.add_router("/store", store.router)

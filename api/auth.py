@@ -1,0 +1,112 @@
+"""Who is calling: API tokens (``Authorization: Bearer`` or ``x-api-key``) -> a
+:class:`Principal`, and the one helper every endpoint uses to load a thread it may see.
+
+With ``CRIOGEN_AUTH_ENABLED = False`` (local development only) every request is an
+anonymous operator. Operators (staff, or users with ``criogen.operate``) see every
+thread; other users see only the threads they own — another user's thread is a 404,
+exactly as if it did not exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja.security.base import AuthBase
+
+from api.models import ApiToken, hash_token
+
+__all__ = ["ApiKeyAuth", "BearerAuth", "Principal", "auth_backends", "principal"]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller of one request."""
+
+    user: Any
+    """The token's user, or None when auth is off."""
+    is_operator: bool
+    """Staff, ``criogen.operate`` holders, and everyone when auth is off."""
+
+    @property
+    def user_id(self) -> int | None:
+        """The user's primary key (None when auth is off)."""
+        return self.user.pk if self.user is not None else None
+
+    @property
+    def name(self) -> str | None:
+        """The user's name, recorded as actor and as the ``owner`` metadata."""
+        return self.user.get_username() if self.user is not None else None
+
+    def scope(self, qs: QuerySet[Any], field: str = "owner") -> QuerySet[Any]:
+        """``qs`` narrowed to what this caller may see (everything for operators)."""
+        if self.is_operator:
+            return qs
+        return qs.filter(**{field: self.user})
+
+
+LOCAL = Principal(user=None, is_operator=True)
+
+
+def _from_token(token: str) -> Principal | None:
+    token = token.strip()
+    if not token:
+        return None
+    # The lookup is by hash (unique index), then compared in constant time.
+    row = ApiToken.objects.select_related("user").filter(token_hash=hash_token(token)).first()
+    if row is None or not row.matches(token) or not row.user.is_active:
+        return None
+    now = timezone.now()
+    if row.last_used is None or (now - row.last_used).total_seconds() > 60:
+        # At most one write a minute per token: last_used is for humans, not audits.
+        ApiToken.objects.filter(pk=row.pk).update(last_used=now)
+    user = row.user
+    operator = bool(user.is_staff or user.is_superuser or user.has_perm("criogen.operate"))
+    return Principal(user=user, is_operator=operator)
+
+
+def _auth_enabled() -> bool:
+    return bool(getattr(settings, "CRIOGEN_AUTH_ENABLED", True))
+
+
+class BearerAuth(AuthBase):
+    """``Authorization: Bearer <token>`` (OpenAPI scheme ``bearer``)."""
+
+    openapi_type = "http"
+    openapi_scheme = "bearer"
+
+    def __call__(self, request: HttpRequest) -> Principal | None:
+        if not _auth_enabled():
+            return LOCAL
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        return _from_token(token)
+
+
+class ApiKeyAuth(AuthBase):
+    """``x-api-key: <token>``, as ``langgraph_sdk.get_client(api_key=...)`` sends it."""
+
+    openapi_type = "apiKey"
+    openapi_in = "header"
+    openapi_name = "x-api-key"
+
+    def __call__(self, request: HttpRequest) -> Principal | None:
+        if not _auth_enabled():
+            return LOCAL
+        return _from_token(request.headers.get("x-api-key", ""))
+
+
+def auth_backends() -> list[Any]:
+    """The auth callables every endpoint takes (any one may succeed)."""
+    return [BearerAuth(), ApiKeyAuth()]
+
+
+def principal(request: HttpRequest) -> Principal:
+    """The caller of an authenticated request."""
+    who = getattr(request, "auth", None)
+    return who if isinstance(who, Principal) else LOCAL

@@ -1,0 +1,451 @@
+"""``/assistants``: the graphs the deployment serves and their configured assistants.
+
+Every graph in ``CRIOGEN_ASSISTANTS`` has a default assistant (id
+``uuid5(NAMESPACE_URL, "criogen:assistant:" + graph_id)``, created on demand); more
+can be created with their own config, context and metadata. Anywhere an assistant id
+is expected, a graph id names its default assistant. Everyone signed in may read
+assistants; creating, changing and deleting them is for operators (403 otherwise),
+because they are shared by all users.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.db.models.fields.json import KeyTransform
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja import Router, Schema
+from pydantic import Field
+
+from api.auth import Principal, principal
+from api.errors import Conflict
+from api.schemas import ErrorOut, In, JsonObject
+from criogen.engine.errors import InvalidArgument
+from criogen.storage.models import Assistant
+
+router = Router(tags=["assistants"])
+
+ERRORS: dict[int, Any] = {403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+SORT_FIELDS = ("assistant_id", "graph_id", "name", "created_at", "updated_at")
+
+
+class AssistantCreateIn(In):
+    """POST /assistants."""
+
+    graph_id: str
+    assistant_id: str | None = Field(None, description="A UUID; omitted: a new one.")
+    config: JsonObject | None = None
+    context: JsonObject | None = None
+    metadata: JsonObject | None = None
+    if_exists: Literal["raise", "do_nothing"] | None = None
+    name: str | None = None
+    description: str | None = None
+
+
+class AssistantPatchIn(In):
+    """PATCH /assistants/{assistant_id}: each field given replaces the old one and the
+    version goes up by one."""
+
+    graph_id: str | None = None
+    config: JsonObject | None = None
+    context: JsonObject | None = None
+    metadata: JsonObject | None = None
+    name: str | None = None
+    description: str | None = None
+
+
+class AssistantSearchIn(In):
+    """POST /assistants/search."""
+
+    metadata: JsonObject | None = None
+    graph_id: str | None = None
+    name: str | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+    sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
+    sort_order: Literal["asc", "desc"] | None = None
+    select: list[str] | None = None
+
+
+class AssistantCountIn(In):
+    """POST /assistants/count."""
+
+    metadata: JsonObject | None = None
+    graph_id: str | None = None
+    name: str | None = None
+
+
+class VersionsIn(In):
+    """POST /assistants/{assistant_id}/versions."""
+
+    metadata: JsonObject | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+
+
+class LatestIn(In):
+    """POST /assistants/{assistant_id}/latest."""
+
+    version: int
+
+
+class AssistantOut(Schema):
+    """An assistant (LangGraph ``Assistant``). With ``select`` (search) only the chosen
+    fields are present."""
+
+    assistant_id: str
+    graph_id: str = None  # type: ignore[assignment]
+    config: JsonObject = None  # type: ignore[assignment]
+    context: JsonObject = None  # type: ignore[assignment]
+    metadata: JsonObject = None  # type: ignore[assignment]
+    version: int = None  # type: ignore[assignment]
+    name: str = None  # type: ignore[assignment]
+    description: str | None = None
+    created_at: datetime = None  # type: ignore[assignment]
+    updated_at: datetime = None  # type: ignore[assignment]
+
+
+class GraphOut(Schema):
+    """The graph's nodes and edges, as LangGraph draws them."""
+
+    nodes: list[JsonObject]
+    edges: list[JsonObject]
+
+
+class SchemasOut(Schema):
+    """JSON Schemas of the graph's state, input, output, config and context."""
+
+    graph_id: str
+    input_schema: JsonObject | None = None
+    output_schema: JsonObject | None = None
+    state_schema: JsonObject | None = None
+    config_schema: JsonObject | None = None
+    context_schema: JsonObject | None = None
+
+
+def _insert_assistant(**fields: Any) -> Assistant:
+    try:
+        with transaction.atomic():
+            return Assistant.objects.create(**fields)
+    except IntegrityError:
+        raise Conflict(
+            f"assistant {fields['assistant_id']} already exists.", field="assistant_id"
+        ) from None
+
+
+def assistant_out(a: Assistant) -> dict[str, Any]:
+    """An assistant row as JSON."""
+    return {
+        "assistant_id": str(a.assistant_id),
+        "graph_id": a.graph_id,
+        "config": a.config or {},
+        "context": a.context or {},
+        "metadata": a.metadata or {},
+        "version": a.version,
+        "name": a.name or a.graph_id,
+        "description": a.description or None,
+        "created_at": a.created_at,
+        "updated_at": a.updated_at,
+    }
+
+
+def _load(assistant_id: str) -> Assistant:
+    from criogen.services.assistants import resolve_assistant
+
+    return resolve_assistant(assistant_id=assistant_id)
+
+
+def _operator(who: Principal) -> None:
+    if not who.is_operator:
+        raise PermissionDenied("only operators (staff) may create, change or delete assistants.")
+
+
+def _check_graph(graph_id: str) -> None:
+    from criogen.registry import get_graph
+
+    get_graph(graph_id)  # GraphNotFound (404) for an unknown graph
+
+
+def _filtered(metadata: dict[str, Any] | None, graph_id: str | None, name: str | None) -> Any:
+    from criogen.services.assistants import ensure_default_assistants
+
+    ensure_default_assistants()
+    qs = Assistant.objects.filter(graph_id__in=list(settings.CRIOGEN_ASSISTANTS))
+    if graph_id:
+        qs = qs.filter(graph_id=graph_id)
+    if name:
+        qs = qs.filter(name__icontains=name)
+    for n, (key, value) in enumerate((metadata or {}).items()):
+        qs = qs.alias(**{f"_m{n}": KeyTransform(key, "metadata")}).filter(**{f"_m{n}": value})
+    return qs
+
+
+@router.post(
+    "",
+    response={200: AssistantOut, **ERRORS},
+    operation_id="create_assistant",
+    summary="Create an assistant",
+)
+def create_assistant(request: HttpRequest, payload: AssistantCreateIn) -> dict[str, Any]:
+    """A new assistant for a registered graph (operators only)."""
+    who = principal(request)
+    _operator(who)
+    _check_graph(payload.graph_id)
+    key = uuid.uuid4()
+    if payload.assistant_id is not None:
+        try:
+            key = uuid.UUID(payload.assistant_id)
+        except ValueError:
+            raise InvalidArgument(
+                f"assistant_id {payload.assistant_id!r} is not a UUID.", field="assistant_id"
+            ) from None
+    with transaction.atomic():
+        existing = Assistant.objects.filter(assistant_id=key).first()
+        if existing is not None:
+            if payload.if_exists == "do_nothing":
+                return assistant_out(existing)
+            raise Conflict(f"assistant {key} already exists.", field="assistant_id")
+        row = _insert_assistant(
+            assistant_id=key,
+            graph_id=payload.graph_id,
+            name=payload.name or payload.graph_id,
+            description=payload.description or "",
+            config=payload.config or {},
+            context=payload.context or {},
+            metadata={**(payload.metadata or {}), **({"created_by": who.name} if who.name else {})},
+        )
+    return assistant_out(row)
+
+
+@router.post(
+    "/search",
+    response={200: list[AssistantOut], **ERRORS},
+    exclude_unset=True,
+    operation_id="search_assistants",
+    summary="Search assistants",
+)
+def search_assistants(request: HttpRequest, payload: AssistantSearchIn) -> list[dict[str, Any]]:
+    """Assistants by metadata, graph id and name; newest first by default."""
+    field = payload.sort_by or "created_at"
+    descending = (payload.sort_order or "desc") == "desc"
+    qs = _filtered(payload.metadata, payload.graph_id, payload.name).order_by(
+        F(field).desc() if descending else F(field).asc(), "assistant_id"
+    )
+    rows = [assistant_out(a) for a in qs[payload.offset : payload.offset + payload.limit]]
+    if payload.select:
+        unknown = [f for f in payload.select if f not in AssistantOut.model_fields]
+        if unknown:
+            raise InvalidArgument(
+                f"select has {unknown[0]!r}; use {', '.join(AssistantOut.model_fields)}.",
+                field="select",
+            )
+        keep = {*payload.select, "assistant_id"}
+        rows = [{k: v for k, v in row.items() if k in keep} for row in rows]
+    return rows
+
+
+@router.post(
+    "/count",
+    response={200: int, **ERRORS},
+    operation_id="count_assistants",
+    summary="Count assistants",
+)
+def count_assistants(request: HttpRequest, payload: AssistantCountIn) -> int:
+    """How many assistants match."""
+    return int(_filtered(payload.metadata, payload.graph_id, payload.name).count())
+
+
+@router.get(
+    "/{assistant_id}",
+    response={200: AssistantOut, **ERRORS},
+    operation_id="get_assistant",
+    summary="Get an assistant",
+)
+def get_assistant(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
+    """One assistant, by its UUID or by a graph id (the graph's default assistant)."""
+    return assistant_out(_load(assistant_id))
+
+
+@router.patch(
+    "/{assistant_id}",
+    response={200: AssistantOut, **ERRORS},
+    operation_id="patch_assistant",
+    summary="Update an assistant",
+)
+def patch_assistant(
+    request: HttpRequest, assistant_id: str, payload: AssistantPatchIn
+) -> dict[str, Any]:
+    """Replace the given fields; the version goes up by one (operators only)."""
+    _operator(principal(request))
+    if payload.graph_id:
+        _check_graph(payload.graph_id)
+    with transaction.atomic():
+        row = Assistant.objects.select_for_update().get(pk=_load(assistant_id).pk)
+        for name in ("graph_id", "config", "context", "metadata", "name", "description"):
+            value = getattr(payload, name)
+            if value is not None:
+                setattr(row, name, value)
+        row.version += 1
+        row.updated_at = timezone.now()
+        row.save()
+    return assistant_out(row)
+
+
+@router.delete(
+    "/{assistant_id}",
+    response={204: None, **ERRORS},
+    operation_id="delete_assistant",
+    summary="Delete an assistant",
+)
+def delete_assistant(
+    request: HttpRequest, assistant_id: str, delete_threads: bool = False
+) -> tuple[int, None]:
+    """Delete an assistant and its runs; ``delete_threads`` also deletes the threads
+    whose last assistant it was (operators only)."""
+    from api.threads import storage
+    from criogen.storage.models import Thread
+
+    _operator(principal(request))
+    row = _load(assistant_id)
+    if delete_threads:
+        key = str(row.assistant_id)
+        ids = list(
+            Thread.objects.alias(_a=KeyTransform("assistant_id", "metadata"))
+            .filter(_a=key)
+            .values_list("id", flat=True)
+        )
+        for tid in ids:
+            storage().delete_thread(tid)
+    row.delete()
+    return 204, None
+
+
+@router.get(
+    "/{assistant_id}/graph",
+    response={200: GraphOut, **ERRORS},
+    operation_id="get_assistant_graph",
+    summary="Get the assistant's graph",
+)
+def get_graph(request: HttpRequest, assistant_id: str, xray: int | bool = False) -> dict[str, Any]:
+    """Nodes and edges (``__start__`` and ``__end__`` included)."""
+    from criogen.registry import get_graph as load
+
+    return graph_json(load(_load(assistant_id).graph_id))
+
+
+@router.get(
+    "/{assistant_id}/schemas",
+    response={200: SchemasOut, **ERRORS},
+    operation_id="get_assistant_schemas",
+    summary="Get the assistant's schemas",
+)
+def get_schemas(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
+    """JSON Schemas: the state is an object whose keys with the append reducer are
+    arrays; input and output are the state."""
+    from criogen.registry import get_graph as load
+
+    a = _load(assistant_id)
+    graph = load(a.graph_id)
+    workflow = getattr(graph, "graph", None)
+    reducers = getattr(workflow, "reducers", {}) or {}
+    properties = {key: {"type": "array"} for key, r in reducers.items() if r == "append"}
+    state = {"type": "object", "properties": properties, "additionalProperties": True}
+    return {
+        "graph_id": a.graph_id,
+        "input_schema": state,
+        "output_schema": state,
+        "state_schema": state,
+        "config_schema": {"type": "object"},
+        "context_schema": {"type": "object"},
+    }
+
+
+@router.get(
+    "/{assistant_id}/subgraphs",
+    response={200: JsonObject, **ERRORS},
+    operation_id="get_assistant_subgraphs",
+    summary="Get the assistant's subgraphs",
+)
+def get_subgraphs(request: HttpRequest, assistant_id: str, recurse: bool = False) -> dict[str, Any]:
+    """Criogen graphs have no subgraphs: always ``{}``."""
+    _load(assistant_id)
+    return {}
+
+
+@router.post(
+    "/{assistant_id}/versions",
+    response={200: list[AssistantOut], **ERRORS},
+    operation_id="get_assistant_versions",
+    summary="List the assistant's versions",
+)
+def get_versions(
+    request: HttpRequest, assistant_id: str, payload: VersionsIn
+) -> list[dict[str, Any]]:
+    """Criogen keeps only the current version of an assistant: a list of one."""
+    row = assistant_out(_load(assistant_id))
+    meta = payload.metadata or {}
+    if any(row["metadata"].get(k) != v for k, v in meta.items()) or payload.offset:
+        return []
+    return [row]
+
+
+@router.post(
+    "/{assistant_id}/latest",
+    response={200: AssistantOut, **ERRORS},
+    operation_id="set_assistant_latest",
+    summary="Set the assistant's latest version",
+)
+def set_latest(request: HttpRequest, assistant_id: str, payload: LatestIn) -> dict[str, Any]:
+    """Only the current version exists; naming another is a 404."""
+    _operator(principal(request))
+    row = _load(assistant_id)
+    if payload.version != row.version:
+        from api.errors import NotFound
+
+        raise NotFound(
+            f"assistant {row.assistant_id} has only version {row.version} (older versions "
+            "are not kept).",
+            field="version",
+        )
+    return assistant_out(row)
+
+
+def graph_json(graph: Any) -> dict[str, Any]:
+    """A compiled workflow (or agent) as ``{"nodes": [...], "edges": [...]}``."""
+    from criogen.engine.workflows import END, START
+
+    workflow = getattr(graph, "graph", None)
+    if workflow is None or not hasattr(workflow, "nodes"):
+        name = getattr(graph, "name", "agent")
+        nodes = [START, str(name), END]
+        return {
+            "nodes": [{"id": n, "type": "runnable", "data": n} for n in nodes],
+            "edges": [
+                {"source": START, "target": str(name), "conditional": False},
+                {"source": str(name), "target": END, "conditional": False},
+            ],
+        }
+    nodes = [START, *workflow.nodes, END]
+    edges = []
+    for source, targets in workflow.edges.items():
+        for target in targets:
+            edges.append({"source": source, "target": target, "conditional": False})
+    for source, routes in workflow.routes.items():
+        for _route, path_map in routes:
+            targets = list((path_map or {}).values()) or [n for n in nodes if n != START]
+            for target in targets:
+                edges.append({"source": source, "target": target, "conditional": True})
+    return {
+        "nodes": [
+            {"id": n, "type": "schema" if n in (START, END) else "runnable", "data": n}
+            for n in nodes
+        ],
+        "edges": edges,
+    }

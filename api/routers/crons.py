@@ -1,0 +1,275 @@
+"""Crons: ``/threads/{thread_id}/runs/crons`` and ``/runs/crons…`` — create on a thread
+or stateless, update, delete, search, count. A cron belongs to its creator (operators
+see all); another user's cron is a 404."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from django.db.models import F
+from django.db.models.fields.json import KeyTransform
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja import Router, Schema
+from pydantic import Field
+
+from api import crons, threads
+from api.auth import Principal, principal
+from api.models import Cron
+from api.schemas import ErrorOut, In, JsonObject, StreamModeName
+from criogen.engine.errors import InvalidArgument
+
+thread_router = Router(tags=["crons"])
+router = Router(tags=["crons"])
+
+ERRORS: dict[int, Any] = {404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+
+
+class CronFieldsIn(In):
+    """What a cron's runs get, and when they fire."""
+
+    input: JsonObject | None = None
+    metadata: JsonObject | None = None
+    config: JsonObject | None = None
+    context: JsonObject | None = None
+    webhook: str | None = None
+    multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
+    stream_mode: StreamModeName | list[StreamModeName] | None = None
+    stream_subgraphs: bool | None = None
+    stream_resumable: bool | None = None
+    durability: Literal["sync", "async", "exit"] | None = None
+    interrupt_before: Any = Field(None, description="Not supported: non-empty is a 422.")
+    interrupt_after: Any = Field(None, description="Not supported: non-empty is a 422.")
+    end_time: datetime | None = None
+    enabled: bool | None = None
+    timezone: str | None = Field(None, description="IANA name; default UTC.")
+    on_run_completed: Literal["delete", "keep"] | None = None
+
+
+class CronCreateIn(CronFieldsIn):
+    """POST /runs/crons and /threads/{thread_id}/runs/crons."""
+
+    assistant_id: str
+    schedule: str = Field(description="5-field cron expression, e.g. '*/5 * * * *'.")
+    checkpoint_during: bool | None = Field(
+        None, description="Deprecated: true means durability async, false exit."
+    )
+
+
+class CronPatchIn(CronFieldsIn):
+    """PATCH /runs/crons/{cron_id}: the fields given replace the old ones."""
+
+    schedule: str | None = None
+
+
+class CronSearchIn(In):
+    """POST /runs/crons/search."""
+
+    assistant_id: str | None = None
+    thread_id: str | None = None
+    enabled: bool | None = None
+    metadata: JsonObject | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+    sort_by: (
+        Literal[
+            "cron_id",
+            "assistant_id",
+            "thread_id",
+            "created_at",
+            "updated_at",
+            "next_run_date",
+            "end_time",
+        ]
+        | None
+    ) = None
+    sort_order: Literal["asc", "desc"] | None = None
+    select: list[str] | None = None
+
+
+class CronCountIn(In):
+    """POST /runs/crons/count."""
+
+    assistant_id: str | None = None
+    thread_id: str | None = None
+    metadata: JsonObject | None = None
+
+
+class CronOut(Schema):
+    """A cron (LangGraph ``Cron``)."""
+
+    cron_id: str
+    assistant_id: str
+    thread_id: str | None
+    on_run_completed: str | None = None
+    end_time: datetime | None = None
+    schedule: str
+    timezone: str | None
+    created_at: datetime
+    updated_at: datetime
+    payload: JsonObject
+    user_id: str | None = None
+    next_run_date: datetime | None = None
+    metadata: JsonObject
+    enabled: bool
+
+
+def _refuse_unsupported(payload: CronFieldsIn) -> None:
+    for name in ("interrupt_before", "interrupt_after"):
+        if getattr(payload, name):
+            raise InvalidArgument(f"{name} is not supported.", field=name)
+    if payload.stream_resumable:
+        raise InvalidArgument("stream_resumable is not supported.", field="stream_resumable")
+
+
+def _payload(payload: CronFieldsIn, durability: str | None) -> dict[str, Any]:
+    data = payload.model_dump(exclude_unset=True)
+    out = {k: data[k] for k in crons.PAYLOAD_FIELDS if k in data and data[k] is not None}
+    if durability is not None:
+        out["durability"] = durability
+    return out
+
+
+def _create(who: Principal, thread_id: str | None, payload: CronCreateIn) -> dict[str, Any]:
+    from criogen.services.assistants import resolve_assistant
+    from criogen.services.runs import resolve_durability
+
+    _refuse_unsupported(payload)
+    schedule = crons.check_schedule(payload.schedule)
+    tz = crons.check_timezone(payload.timezone)
+    if thread_id is not None:
+        threads.load_thread(who, thread_id)
+    assistant = resolve_assistant(assistant_id=payload.assistant_id)
+    # Resolved once, by the rule runs use: durability wins, checkpoint_during is the
+    # deprecated form; every fired run gets the result.
+    mode = resolve_durability(payload.durability, payload.checkpoint_during)
+    cron = Cron.objects.create(
+        assistant_id=str(assistant.assistant_id),
+        thread_id=thread_id,
+        schedule=schedule,
+        timezone=tz,
+        payload=_payload(payload, mode),
+        metadata=payload.metadata or {},
+        on_run_completed=payload.on_run_completed or "delete",
+        end_time=payload.end_time,
+        enabled=True if payload.enabled is None else payload.enabled,
+        next_run_date=crons.next_tick(schedule, tz),
+        user=who.user,
+    )
+    return crons.cron_out(cron)
+
+
+@thread_router.post(
+    "/{thread_id}/runs/crons",
+    response={200: CronOut, **ERRORS},
+    operation_id="create_thread_cron",
+    summary="Create a cron on a thread",
+)
+def create_for_thread(
+    request: HttpRequest, thread_id: str, payload: CronCreateIn
+) -> dict[str, Any]:
+    """Each tick starts a run on this thread."""
+    return _create(principal(request), thread_id, payload)
+
+
+@router.post(
+    "", response={200: CronOut, **ERRORS}, operation_id="create_cron", summary="Create a cron"
+)
+def create_cron(request: HttpRequest, payload: CronCreateIn) -> dict[str, Any]:
+    """Each tick starts a stateless run (``on_run_completed``: delete its thread after,
+    the default, or keep it)."""
+    return _create(principal(request), None, payload)
+
+
+def _filtered(
+    who: Principal, assistant_id: str | None, thread_id: str | None, metadata: Any
+) -> Any:
+    qs = who.scope(Cron.objects.all(), "user")
+    if assistant_id:
+        from criogen.services.assistants import resolve_assistant
+
+        qs = qs.filter(assistant_id=str(resolve_assistant(assistant_id=assistant_id).assistant_id))
+    if thread_id:
+        qs = qs.filter(thread_id=thread_id)
+    for n, (key, value) in enumerate((metadata or {}).items()):
+        qs = qs.alias(**{f"_m{n}": KeyTransform(key, "metadata")}).filter(**{f"_m{n}": value})
+    return qs
+
+
+@router.post(
+    "/search",
+    response={200: list[CronOut], **ERRORS},
+    operation_id="search_crons",
+    summary="Search crons",
+)
+def search_crons(request: HttpRequest, payload: CronSearchIn) -> list[dict[str, Any]]:
+    """The caller's crons by assistant, thread, enabled and metadata."""
+    qs = _filtered(principal(request), payload.assistant_id, payload.thread_id, payload.metadata)
+    if payload.enabled is not None:
+        qs = qs.filter(enabled=payload.enabled)
+    field = {"cron_id": "pk", "thread_id": "thread_id"}.get(
+        payload.sort_by or "created_at", payload.sort_by or "created_at"
+    )
+    descending = (payload.sort_order or "desc") == "desc"
+    qs = qs.order_by(F(field).desc(nulls_last=True) if descending else F(field).asc(), "pk")
+    return [crons.cron_out(c) for c in qs[payload.offset : payload.offset + payload.limit]]
+
+
+@router.post(
+    "/count", response={200: int, **ERRORS}, operation_id="count_crons", summary="Count crons"
+)
+def count_crons(request: HttpRequest, payload: CronCountIn) -> int:
+    """How many of the caller's crons match."""
+    return int(
+        _filtered(
+            principal(request), payload.assistant_id, payload.thread_id, payload.metadata
+        ).count()
+    )
+
+
+# After /search and /count: Django tries URL patterns in order.
+@router.patch(
+    "/{cron_id}",
+    response={200: CronOut, **ERRORS},
+    operation_id="patch_cron",
+    summary="Update a cron",
+)
+def patch_cron(request: HttpRequest, cron_id: str, payload: CronPatchIn) -> dict[str, Any]:
+    """Replace the given fields; a new schedule or time zone moves the next run."""
+    from criogen.services.runs import resolve_durability
+
+    cron = crons.load_cron(principal(request), cron_id)
+    _refuse_unsupported(payload)
+    data = payload.model_dump(exclude_unset=True)
+    if "schedule" in data:
+        cron.schedule = crons.check_schedule(payload.schedule)
+    if "timezone" in data:
+        cron.timezone = crons.check_timezone(payload.timezone)
+    mode = resolve_durability(payload.durability) if payload.durability else None
+    cron.payload = {**(cron.payload or {}), **_payload(payload, mode)}
+    if payload.metadata is not None:
+        cron.metadata = payload.metadata
+    if "end_time" in data:
+        cron.end_time = payload.end_time
+    if payload.enabled is not None:
+        cron.enabled = payload.enabled
+    if payload.on_run_completed is not None:
+        cron.on_run_completed = payload.on_run_completed
+    if {"schedule", "timezone", "enabled"} & set(data):
+        cron.next_run_date = crons.next_tick(cron.schedule, cron.timezone)
+    cron.updated_at = timezone.now()
+    cron.save()
+    return crons.cron_out(cron)
+
+
+@router.delete(
+    "/{cron_id}",
+    response={204: None, **ERRORS},
+    operation_id="delete_cron",
+    summary="Delete a cron",
+)
+def delete_cron(request: HttpRequest, cron_id: str) -> tuple[int, None]:
+    """Delete the cron (runs it started stay)."""
+    crons.load_cron(principal(request), cron_id).delete()
+    return 204, None

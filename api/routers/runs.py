@@ -1,0 +1,507 @@
+"""Runs: ``/threads/{thread_id}/runs…`` and the stateless ``/runs…``.
+
+Create (background), wait, stream (Server-Sent Events), join, join stream, cancel, get,
+list, delete, batch. Runs are created, waited for and cancelled by
+:mod:`criogen.services.runs`; the blocking waits run off the event loop.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from ninja import Query, Router
+
+from api import runs as api_runs
+from api import threads
+from api.auth import Principal, principal
+from api.schemas import ErrorOut, RunBatchItemIn, RunCreateIn, RunOut, RunsCancelIn
+from criogen.engine.errors import InvalidArgument
+from criogen.storage.models import Run, Thread
+
+thread_router = Router(tags=["thread runs"])
+router = Router(tags=["stateless runs"])
+
+ERRORS: dict[int, Any] = {404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+SSE_RESPONSE = {
+    200: {
+        "description": "Server-Sent Events: metadata, then one event per checkpoint and "
+        "mode, then end.",
+        "content": {
+            "text/event-stream": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+                }
+            }
+        },
+    }
+}
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
+    """Check the request and create the run (pending; it starts after the commit)."""
+    from criogen.services.runs import create_run
+
+    api_runs.check_options(payload)
+    existed = thread_id is not None and Thread.objects.filter(pk=thread_id).exists()
+    if existed:
+        threads.load_thread(who, str(thread_id))  # another user's thread: 404
+    elif thread_id is not None:
+        threads.check_thread_id(thread_id)
+    command = payload.command.model_dump(exclude_unset=True) if payload.command else None
+    for key in ("update", "goto"):
+        if command and command.get(key) is not None:
+            raise InvalidArgument(
+                f"command.{key} is not supported; send command.resume to answer an interrupt.",
+                field=f"command.{key}",
+            )
+    checkpoint = payload.checkpoint.model_dump(exclude_unset=True) if payload.checkpoint else None
+    metadata = payload.metadata
+    if command is not None:
+        # The token's owner answers the interrupt: recorded as the decision's actor
+        # (the runner reads resumed_by), never taken from what the client sent.
+        metadata = {**(metadata or {}), "resumed_by": who.name or "api"}
+    run = create_run(
+        thread_id=thread_id,
+        assistant_id=payload.assistant_id,
+        input=payload.input,
+        command=command,
+        checkpoint_id=payload.checkpoint_id,
+        checkpoint=checkpoint,
+        durability=payload.durability,
+        checkpoint_during=payload.checkpoint_during,
+        multitask_strategy=payload.multitask_strategy or "enqueue",
+        metadata=metadata,
+        config=payload.config,
+        context=payload.context,
+        webhook=payload.webhook,
+        if_not_exists=payload.if_not_exists or "reject",
+        stream_mode=api_runs.stream_modes(payload.stream_mode),
+        owner=who.user,
+    )
+    api_runs.claim_owner(who, run.thread_id, created=not existed)
+    return run
+
+
+def _location(run: Run, stateless: bool = False) -> str:
+    if stateless or run.thread_id is None:
+        return f"/runs/{run.run_id}"
+    return f"/threads/{run.thread_id}/runs/{run.run_id}"
+
+
+def _wait(run: Run, timeout: float | None = None) -> Run:
+    """wait_run on a worker thread; its database connection is closed afterwards."""
+    from criogen.services.runs import wait_run
+
+    try:
+        return wait_run(run=run, timeout=timeout)
+    finally:
+        close_old_connections()
+
+
+def _stateless_cleanup(run: Run, on_completion: str | None, default: str) -> Any:
+    """What to do with a stateless run's thread when the run has ended."""
+    if (on_completion or default) != "delete" or run.thread_id is None:
+        return None
+    thread_id = run.thread_id
+
+    def delete() -> None:
+        threads.storage().delete_thread(thread_id)
+
+    return delete
+
+
+def _delete_when_done(run: Run, cleanup: Any) -> None:
+    """For a background stateless run with ``on_completion="delete"``."""
+
+    def watch() -> None:
+        _wait(run)
+        try:
+            cleanup()
+        finally:
+            close_old_connections()
+
+    threading.Thread(target=watch, name=f"criogen-cleanup-{run.run_id}", daemon=True).start()
+
+
+async def _wait_response(
+    who: Principal, thread_id: str | None, payload: RunCreateIn
+) -> HttpResponse:
+    if payload.on_disconnect == "cancel":
+        raise InvalidArgument(
+            "on_disconnect='cancel' is supported on streams only; wait runs continue.",
+            field="on_disconnect",
+        )
+    run = await sync_to_async(_create)(who, thread_id, payload)
+    cleanup = (
+        _stateless_cleanup(run, payload.on_completion, "delete") if thread_id is None else None
+    )
+    run = await sync_to_async(_wait, thread_sensitive=False)(run)
+    result = await sync_to_async(api_runs.run_result)(run)
+    if cleanup is not None:
+        await sync_to_async(cleanup)()
+    response = JsonResponse(result, safe=False, json_dumps_params={"default": str})
+    response["Content-Location"] = _location(run, stateless=thread_id is None)
+    return response
+
+
+async def _stream_response(
+    who: Principal, thread_id: str | None, payload: RunCreateIn
+) -> HttpResponse:
+    from channels.layers import get_channel_layer
+
+    from criogen.events import thread_group
+
+    modes = api_runs.stream_modes(payload.stream_mode)
+    channel = None
+    if thread_id is not None:
+        # Subscribe before the run exists, so that its first events cannot be missed.
+        layer = get_channel_layer()
+        name = await layer.new_channel()
+        await layer.group_add(thread_group(thread_id), name)
+        channel = (layer, name)
+    try:
+        run = await sync_to_async(_create)(who, thread_id, payload)
+    except BaseException:
+        if channel is not None:
+            await channel[0].group_discard(thread_group(str(thread_id)), channel[1])
+        raise
+    cleanup = (
+        _stateless_cleanup(run, payload.on_completion, "delete") if thread_id is None else None
+    )
+    body = api_runs.sse_stream(
+        run_id=str(run.run_id),
+        thread_id=str(run.thread_id),
+        modes=modes,
+        channel=channel,
+        cancel_on_disconnect=payload.on_disconnect == "cancel",
+        cancelled_by=who.name,
+        after_end=cleanup,
+    )
+    return _sse_response(body, _location(run, stateless=thread_id is None))
+
+
+def _sse_response(body: Any, location: str | None = None) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(body, content_type="text/event-stream")
+    response["Cache-Control"] = "no-store"
+    response["X-Accel-Buffering"] = "no"  # proxies must not buffer the stream
+    if location:
+        response["Content-Location"] = location
+    return response
+
+
+# -- runs on a thread ------------------------------------------------------------------------
+
+
+@thread_router.post(
+    "/{thread_id}/runs",
+    response={200: RunOut, **ERRORS},
+    operation_id="create_run",
+    summary="Create a background run",
+)
+def create_run(
+    request: HttpRequest, response: HttpResponse, thread_id: str, payload: RunCreateIn
+) -> dict[str, Any]:
+    """Start a run in the background; answer the run (``pending``)."""
+    run = _create(principal(request), thread_id, payload)
+    response["Content-Location"] = _location(run)
+    return api_runs.run_out(run)
+
+
+@thread_router.post(
+    "/{thread_id}/runs/wait",
+    response={200: dict[str, Any], **ERRORS},
+    operation_id="wait_run",
+    summary="Create a run and wait for its result",
+)
+async def wait_run(request: HttpRequest, thread_id: str, payload: RunCreateIn) -> HttpResponse:
+    """Run and answer the thread's values when it ends (``__interrupt__`` when it
+    suspended, ``__error__`` when it failed)."""
+    return await _wait_response(principal(request), thread_id, payload)
+
+
+@thread_router.post(
+    "/{thread_id}/runs/stream",
+    response={404: ErrorOut, 409: ErrorOut, 422: ErrorOut},
+    openapi_extra={"responses": SSE_RESPONSE},
+    operation_id="stream_run",
+    summary="Create a run and stream it",
+)
+async def stream_run(request: HttpRequest, thread_id: str, payload: RunCreateIn) -> HttpResponse:
+    """Run and stream its checkpoints as Server-Sent Events in the requested modes."""
+    return await _stream_response(principal(request), thread_id, payload)
+
+
+@thread_router.get(
+    "/{thread_id}/runs",
+    response={200: list[RunOut], **ERRORS},
+    exclude_unset=True,
+    operation_id="list_runs",
+    summary="List a thread's runs",
+)
+def list_runs(
+    request: HttpRequest,
+    thread_id: str,
+    limit: int = 10,
+    offset: int = 0,
+    status: str | None = None,
+    select: list[str] | None = Query(None),  # noqa: B008 - ninja's parameter marker
+) -> list[dict[str, Any]]:
+    """The thread's runs, newest first."""
+    from criogen.selectors import runs_for_thread
+
+    threads.load_thread(principal(request), thread_id)
+    cap = int(settings.CRIOGEN_MAX_SEARCH_LIMIT)
+    if limit < 1 or limit > cap:
+        raise InvalidArgument(f"limit is {limit}; use 1 to {cap}.", field="limit")
+    if offset < 0:
+        raise InvalidArgument(f"offset is {offset}; use 0 or more.", field="offset")
+    statuses = ("pending", "running", "success", "error", "interrupted", "timeout")
+    if status and status not in statuses:
+        raise InvalidArgument(f"status is {status!r}; use {', '.join(statuses)}.", field="status")
+    runs = runs_for_thread(thread_id=thread_id, status=status or None, limit=limit, offset=offset)
+    fields = [f for f in (select or []) if f]
+    unknown = [f for f in fields if f not in RunOut.model_fields]
+    if unknown:
+        raise InvalidArgument(
+            f"select has {unknown[0]!r}; use {', '.join(RunOut.model_fields)}.", field="select"
+        )
+    out = [api_runs.run_out(run) for run in runs]
+    if fields:
+        out = [{k: v for k, v in r.items() if k in fields or k == "run_id"} for r in out]
+    return out
+
+
+@thread_router.get(
+    "/{thread_id}/runs/{run_id}",
+    response={200: RunOut, **ERRORS},
+    operation_id="get_run",
+    summary="Get a run",
+)
+def get_run(request: HttpRequest, thread_id: str, run_id: str) -> dict[str, Any]:
+    """One run of the thread."""
+    return api_runs.run_out(api_runs.load_run(principal(request), thread_id, run_id))
+
+
+@thread_router.delete(
+    "/{thread_id}/runs/{run_id}",
+    response={204: None, **ERRORS},
+    operation_id="delete_run",
+    summary="Delete a run",
+)
+def delete_run(request: HttpRequest, thread_id: str, run_id: str) -> tuple[int, None]:
+    """Delete an ended run (an active one is a 409: cancel it first)."""
+    from criogen.services.runs import delete_run as delete
+
+    delete(run=api_runs.load_run(principal(request), thread_id, run_id))
+    return 204, None
+
+
+@thread_router.post(
+    "/{thread_id}/runs/{run_id}/cancel",
+    response={200: RunOut, **ERRORS},
+    operation_id="cancel_run",
+    summary="Cancel a run",
+)
+async def cancel_run(
+    request: HttpRequest,
+    thread_id: str,
+    run_id: str,
+    wait: bool = False,
+    action: str = "interrupt",
+) -> dict[str, Any]:
+    """Cancel a pending or running run (``action`` interrupt keeps its checkpoints,
+    rollback deletes them); ``wait=1`` answers once it has stopped. The run ends
+    ``interrupted`` with ``cancel_reason`` set, so it never looks like it waits for a
+    person."""
+    from criogen.services.runs import cancel_run as cancel
+
+    who = principal(request)
+    run = await sync_to_async(api_runs.load_run)(who, thread_id, run_id)
+    run = await sync_to_async(cancel)(run=run, action=action, by=who.name or "api")
+    if wait:
+        run = await sync_to_async(_wait, thread_sensitive=False)(run, 60.0)
+    return await sync_to_async(api_runs.run_out)(run)
+
+
+@thread_router.get(
+    "/{thread_id}/runs/{run_id}/join",
+    response={200: dict[str, Any], **ERRORS},
+    operation_id="join_run",
+    summary="Wait for a run and get its result",
+)
+async def join_run(request: HttpRequest, thread_id: str, run_id: str) -> HttpResponse:
+    """Wait until the run ends; answer like ``wait``."""
+    run = await sync_to_async(api_runs.load_run)(principal(request), thread_id, run_id)
+    run = await sync_to_async(_wait, thread_sensitive=False)(run)
+    return JsonResponse(
+        await sync_to_async(api_runs.run_result)(run),
+        safe=False,
+        json_dumps_params={"default": str},
+    )
+
+
+@thread_router.get(
+    "/{thread_id}/runs/{run_id}/stream",
+    response={404: ErrorOut, 422: ErrorOut},
+    openapi_extra={"responses": SSE_RESPONSE},
+    operation_id="join_run_stream",
+    summary="Stream a run that already exists",
+)
+async def join_run_stream(
+    request: HttpRequest,
+    thread_id: str,
+    run_id: str,
+    stream_mode: list[str] | None = Query(None),  # noqa: B008 - ninja's parameter marker
+    cancel_on_disconnect: bool = False,
+) -> HttpResponse:
+    """The run's events from its first checkpoint on (a finished run replays them and
+    ends), in ``stream_mode`` (default: the modes the run was created with)."""
+    who = principal(request)
+    run = await sync_to_async(api_runs.load_run)(who, thread_id, run_id)
+    wanted = [m for m in (stream_mode or []) if m]
+    modes = api_runs.stream_modes(wanted or (run.kwargs or {}).get("stream_mode"))
+    body = api_runs.sse_stream(
+        run_id=str(run.run_id),
+        thread_id=thread_id,
+        modes=modes,
+        cancel_on_disconnect=cancel_on_disconnect,
+        cancelled_by=who.name,
+    )
+    return _sse_response(body)
+
+
+@thread_router.get(
+    "/{thread_id}/stream",
+    response={404: ErrorOut, 422: ErrorOut},
+    openapi_extra={"responses": SSE_RESPONSE},
+    operation_id="join_thread_stream",
+    summary="Follow a thread live",
+)
+async def join_thread_stream(
+    request: HttpRequest,
+    thread_id: str,
+    stream_mode: list[str] | None = Query(None),  # noqa: B008 - ninja's parameter marker
+) -> HttpResponse:
+    """The thread's live events (``run_modes``, ``lifecycle``, ``state_update``; default
+    ``run_modes``) until the client disconnects. Nothing is replayed."""
+    await sync_to_async(threads.load_thread)(principal(request), thread_id)
+    modes = [m for m in (stream_mode or []) if m] or ["run_modes"]
+    for mode in modes:
+        if mode not in ("run_modes", "lifecycle", "state_update"):
+            raise InvalidArgument(
+                f"stream_mode has {mode!r}; use run_modes, lifecycle or state_update.",
+                field="stream_mode",
+            )
+    return _sse_response(api_runs.thread_stream(thread_id=thread_id, modes=modes))
+
+
+# -- stateless runs ----------------------------------------------------------------------------
+
+
+@router.post(
+    "",
+    response={200: RunOut, **ERRORS},
+    operation_id="create_stateless_run",
+    summary="Create a stateless background run",
+)
+def create_stateless_run(
+    request: HttpRequest, response: HttpResponse, payload: RunCreateIn
+) -> dict[str, Any]:
+    """A run on a new thread of its own. ``on_completion`` ``keep`` (the default here)
+    keeps that thread; ``delete`` removes it when the run ends."""
+    run = _create(principal(request), None, payload)
+    cleanup = _stateless_cleanup(run, payload.on_completion, "keep")
+    if cleanup is not None:
+        _delete_when_done(run, cleanup)
+    response["Content-Location"] = _location(run, stateless=True)
+    return api_runs.run_out(run)
+
+
+@router.post(
+    "/wait",
+    response={200: dict[str, Any], **ERRORS},
+    operation_id="wait_stateless_run",
+    summary="Run statelessly and wait for the result",
+)
+async def wait_stateless_run(request: HttpRequest, payload: RunCreateIn) -> HttpResponse:
+    """Run on a new thread and answer its final values; the thread is deleted after
+    unless ``on_completion="keep"``."""
+    return await _wait_response(principal(request), None, payload)
+
+
+@router.post(
+    "/stream",
+    response={404: ErrorOut, 409: ErrorOut, 422: ErrorOut},
+    openapi_extra={"responses": SSE_RESPONSE},
+    operation_id="stream_stateless_run",
+    summary="Run statelessly and stream it",
+)
+async def stream_stateless_run(request: HttpRequest, payload: RunCreateIn) -> HttpResponse:
+    """Run on a new thread and stream it; the thread is deleted after unless
+    ``on_completion="keep"``."""
+    return await _stream_response(principal(request), None, payload)
+
+
+@router.post(
+    "/batch",
+    response={200: list[RunOut], **ERRORS},
+    operation_id="create_runs_batch",
+    summary="Create several background runs",
+)
+def create_batch(request: HttpRequest, payload: list[RunBatchItemIn]) -> list[dict[str, Any]]:
+    """Each item is a background run (on ``thread_id``, or stateless without it)."""
+    who = principal(request)
+    out = []
+    for item in payload:
+        data = item.model_dump(exclude_unset=True)
+        thread_id = data.pop("thread_id", None)
+        run = _create(who, thread_id, RunCreateIn(**data))
+        out.append(api_runs.run_out(run))
+    return out
+
+
+@router.post(
+    "/cancel",
+    response={204: None, **ERRORS},
+    operation_id="cancel_runs",
+    summary="Cancel several runs",
+)
+def cancel_many(
+    request: HttpRequest, payload: RunsCancelIn, action: str = "interrupt"
+) -> tuple[int, None]:
+    """Cancel the named runs, or the thread's runs with ``status`` (pending, running,
+    all)."""
+    from criogen.services.runs import cancel_run as cancel
+
+    who = principal(request)
+    if not payload.run_ids and not payload.thread_id and not payload.status:
+        raise InvalidArgument("name run_ids, a thread_id or a status.", field="run_ids")
+    qs = Run.objects.filter(status__in=("pending", "running"))
+    if payload.thread_id:
+        threads.load_thread(who, payload.thread_id)
+        qs = qs.filter(thread_id=payload.thread_id)
+    if payload.run_ids:
+        qs = qs.filter(run_id__in=[_uuid(r) for r in payload.run_ids])
+    if payload.status in ("pending", "running"):
+        qs = qs.filter(status=payload.status)
+    for run in who.scope(qs, "thread__owner"):
+        cancel(run=run, action=action, by=who.name or "api")
+    return 204, None
+
+
+def _uuid(value: str) -> str:
+    import uuid
+
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise InvalidArgument(f"run id {value!r} is not a UUID.", field="run_ids") from None

@@ -1,0 +1,347 @@
+"""``/threads``: create, get, update, delete, copy, count, search, prune, state, history.
+
+Binding: ``spec/threads-rest-api.txt``; paths, bodies and fields as ``langgraph_sdk``
+calls them. Each endpoint parses, calls one function of :mod:`api.threads` and returns
+its result.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Query, Router
+
+from api import threads
+from api.auth import principal
+from api.schemas import (
+    ErrorOut,
+    HistoryIn,
+    PruneOut,
+    StateCheckpointIn,
+    ThreadCountIn,
+    ThreadCreateIn,
+    ThreadOut,
+    ThreadPatchIn,
+    ThreadPruneIn,
+    ThreadSearchIn,
+    ThreadStateOut,
+    UpdateStateIn,
+    UpdateStateOut,
+)
+from criogen.engine.errors import InvalidArgument
+
+router = Router(tags=["threads"])
+
+ERRORS: dict[int, Any] = {404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+
+
+def _root_namespace(checkpoint: Any, field: str) -> None:
+    """Criogen graphs have no subgraphs: only the root namespace ``""`` exists."""
+    if checkpoint is not None and checkpoint.checkpoint_ns not in ("", None):
+        raise InvalidArgument(
+            f"{field} is {checkpoint.checkpoint_ns!r}; Criogen graphs have no subgraphs, "
+            "use '' (the root).",
+            field=field,
+        )
+
+
+def _ttl(value: Any) -> Any:
+    return value.model_dump() if hasattr(value, "model_dump") else value
+
+
+@router.post(
+    "",
+    response={200: ThreadOut, **ERRORS},
+    operation_id="create_thread",
+    summary="Create a thread",
+)
+def create_thread(request: HttpRequest, payload: ThreadCreateIn) -> dict[str, Any]:
+    """Create a thread. An explicit ``thread_id`` must be 1–255 non-blank characters
+    (else 422); an existing one is a 409 unless ``if_exists="do_nothing"``."""
+    row = threads.create_thread(
+        principal(request),
+        thread_id=payload.thread_id,
+        metadata=payload.metadata,
+        if_exists=payload.if_exists,
+        ttl=_ttl(payload.ttl),
+        supersteps=[s.model_dump() for s in payload.supersteps] if payload.supersteps else None,
+    )
+    return threads.thread_out(row)
+
+
+@router.post(
+    "/search",
+    response={200: list[ThreadOut], **ERRORS},
+    exclude_unset=True,
+    operation_id="search_threads",
+    summary="Search threads",
+)
+def search_threads(request: HttpRequest, payload: ThreadSearchIn) -> list[dict[str, Any]]:
+    """Threads by metadata, state values, status and ids; ``limit`` 1 to
+    ``CRIOGEN_MAX_SEARCH_LIMIT`` (default min(20, cap)), ``offset``, ``sort_by``."""
+    if payload.extract and len(payload.extract) > 10:
+        raise InvalidArgument("extract takes at most 10 paths.", field="extract")
+    found = threads.search_threads(
+        principal(request),
+        metadata=payload.metadata,
+        values=payload.values,
+        status=payload.status,
+        ids=payload.ids,
+        limit=payload.limit,
+        offset=payload.offset,
+        sort_by=payload.sort_by,
+        sort_order=payload.sort_order,
+    )
+    out = []
+    for row, head in found:
+        item = threads.thread_out(row, head=head, load_head=False)
+        if payload.extract:
+            item["extracted"] = {k: _extract(item, path) for k, path in payload.extract.items()}
+        out.append(_only(item, payload.select))
+    return out
+
+
+@router.post(
+    "/count", response={200: int, **ERRORS}, operation_id="count_threads", summary="Count threads"
+)
+def count_threads(request: HttpRequest, payload: ThreadCountIn) -> int:
+    """How many threads match the filters (same filters as search)."""
+    return threads.count_threads(
+        principal(request), metadata=payload.metadata, values=payload.values, status=payload.status
+    )
+
+
+@router.post(
+    "/prune",
+    response={200: PruneOut, **ERRORS},
+    operation_id="prune_threads",
+    summary="Prune threads",
+)
+def prune_threads(request: HttpRequest, payload: ThreadPruneIn | None = None) -> dict[str, Any]:
+    """Without a body: apply the caller's expired TTL policies now and answer
+    ``{"deleted", "pruned"}``. With ``{"thread_ids", "strategy"}`` (the SDK): prune
+    those threads and answer ``pruned_count`` too. Threads with active runs are skipped."""
+    who = principal(request)
+    if payload is None:
+        return threads.prune_expired(who)
+    return threads.prune_threads(who, payload.thread_ids, payload.strategy)
+
+
+@router.get(
+    "/{thread_id}",
+    response={200: ThreadOut, **ERRORS},
+    operation_id="get_thread",
+    summary="Get a thread",
+)
+def get_thread(request: HttpRequest, thread_id: str, include: str | None = None) -> dict[str, Any]:
+    """One thread with its status, values and pending interrupts."""
+    if include:
+        unknown = [f for f in include.split(",") if f.strip() not in ("ttl", "")]
+        if unknown:
+            raise InvalidArgument(f"include has {unknown[0]!r}; only 'ttl'.", field="include")
+    return threads.thread_out(threads.load_thread(principal(request), thread_id))
+
+
+@router.patch(
+    "/{thread_id}",
+    response={200: ThreadOut, 204: None, **ERRORS},
+    operation_id="patch_thread",
+    summary="Update a thread",
+)
+def patch_thread(request: HttpRequest, thread_id: str, payload: ThreadPatchIn) -> Any:
+    """Merge ``metadata`` into the thread's and (re)set its TTL. ``Prefer:
+    return=minimal`` answers 204 without a body."""
+    row = threads.update_thread(
+        principal(request), thread_id, metadata=payload.metadata, ttl=_ttl(payload.ttl)
+    )
+    if "return=minimal" in request.headers.get("Prefer", ""):
+        return 204, None
+    return threads.thread_out(row)
+
+
+@router.delete(
+    "/{thread_id}",
+    response={204: None, **ERRORS},
+    operation_id="delete_thread",
+    summary="Delete a thread",
+)
+def delete_thread(request: HttpRequest, thread_id: str) -> tuple[int, None]:
+    """Cancel the thread's active runs and remove it with its whole history."""
+    threads.delete_thread(principal(request), thread_id)
+    return 204, None
+
+
+@router.post(
+    "/{thread_id}/copy",
+    response={200: ThreadOut, **ERRORS},
+    operation_id="copy_thread",
+    summary="Copy a thread",
+)
+def copy_thread(request: HttpRequest, thread_id: str) -> dict[str, Any]:
+    """A new thread with this one's metadata and whole history."""
+    return threads.thread_out(threads.copy_thread(principal(request), thread_id))
+
+
+@router.get(
+    "/{thread_id}/state",
+    response={200: ThreadStateOut, **ERRORS},
+    exclude_unset=True,
+    operation_id="get_thread_state",
+    summary="Get the thread's state",
+)
+def get_state(
+    request: HttpRequest,
+    thread_id: str,
+    subgraphs: bool = False,
+    select: list[str] | None = Query(None),  # noqa: B008 - ninja's parameter marker
+) -> dict[str, Any]:
+    """The head: ``values``, ``next``, ``tasks``, ``interrupts``, ``checkpoint``,
+    ``metadata``, ``created_at``, ``parent_checkpoint``."""
+    return threads.get_state(principal(request), thread_id, select=select)
+
+
+@router.post(
+    "/{thread_id}/state",
+    response={200: UpdateStateOut, **ERRORS},
+    operation_id="update_thread_state",
+    summary="Update the thread's state",
+)
+def update_state(request: HttpRequest, thread_id: str, payload: UpdateStateIn) -> dict[str, Any]:
+    """Write a checkpoint with ``values`` merged by the graph's reducers, as if
+    ``as_node`` had just run."""
+    checkpoint_id = payload.checkpoint_id
+    if payload.checkpoint is not None and payload.checkpoint.checkpoint_id:
+        checkpoint_id = payload.checkpoint.checkpoint_id  # keys in checkpoint win
+    if isinstance(payload.values, list):
+        raise InvalidArgument(
+            "values must be a JSON object (a list of updates is not supported).",
+            field="values",
+        )
+    return threads.update_state(
+        principal(request),
+        thread_id,
+        values=payload.values,
+        as_node=payload.as_node,
+        checkpoint_id=checkpoint_id,
+    )
+
+
+@router.post(
+    "/{thread_id}/state/checkpoint",
+    response={200: ThreadStateOut, **ERRORS},
+    exclude_unset=True,
+    operation_id="post_thread_state_at_checkpoint",
+    summary="Get the state at a checkpoint",
+)
+def state_at_checkpoint(
+    request: HttpRequest, thread_id: str, payload: StateCheckpointIn
+) -> dict[str, Any]:
+    """The state at ``checkpoint.checkpoint_id`` (the head if it is null)."""
+    who = principal(request)
+    _root_namespace(payload.checkpoint, "checkpoint.checkpoint_ns")
+    cid = payload.checkpoint.checkpoint_id
+    if not cid:
+        return threads.get_state(who, thread_id, select=payload.select)
+    return threads.state_at(who, thread_id, cid, select=payload.select)
+
+
+@router.get(
+    "/{thread_id}/state/{checkpoint_id}",
+    response={200: ThreadStateOut, **ERRORS},
+    exclude_unset=True,
+    operation_id="get_thread_state_at_checkpoint",
+    summary="Get the state at a checkpoint",
+)
+def state_at(
+    request: HttpRequest,
+    thread_id: str,
+    checkpoint_id: str,
+    subgraphs: bool = False,
+    select: list[str] | None = Query(None),  # noqa: B008 - ninja's parameter marker
+) -> dict[str, Any]:
+    """The state at one checkpoint (a UUID; else 422)."""
+    return threads.state_at(principal(request), thread_id, checkpoint_id, select=select)
+
+
+@router.post(
+    "/{thread_id}/history",
+    response={200: list[ThreadStateOut], **ERRORS},
+    exclude_unset=True,
+    operation_id="post_thread_history",
+    summary="Get the thread's history",
+)
+def post_history(request: HttpRequest, thread_id: str, payload: HistoryIn) -> list[dict[str, Any]]:
+    """States newest first: ``limit``, ``before`` (a checkpoint id or object),
+    ``metadata`` (states whose metadata contains it)."""
+    _root_namespace(payload.checkpoint, "checkpoint.checkpoint_ns")
+    before = payload.before
+    if before is not None and not isinstance(before, str):
+        before = before.checkpoint_id
+    return threads.history(
+        principal(request),
+        thread_id,
+        limit=payload.limit,
+        before=before,
+        metadata=payload.metadata,
+        select=payload.select,
+    )
+
+
+@router.get(
+    "/{thread_id}/history",
+    response={200: list[ThreadStateOut], **ERRORS},
+    exclude_unset=True,
+    operation_id="get_thread_history",
+    summary="Get the thread's history",
+)
+def get_history(
+    request: HttpRequest, thread_id: str, limit: int = 10, before: str | None = None
+) -> list[dict[str, Any]]:
+    """States newest first (the GET form: ``limit`` and ``before`` as query params)."""
+    return threads.history(principal(request), thread_id, limit=limit, before=before)
+
+
+THREAD_FIELDS = (
+    "thread_id",
+    "created_at",
+    "updated_at",
+    "state_updated_at",
+    "metadata",
+    "config",
+    "context",
+    "status",
+    "values",
+    "interrupts",
+    "ttl",
+    "extracted",
+)
+
+
+def _only(item: dict[str, Any], select: list[str] | None) -> dict[str, Any]:
+    """``item`` with only the ``select`` fields (all of them without it)."""
+    if not select:
+        return item
+    unknown = [f for f in select if f not in THREAD_FIELDS]
+    if unknown:
+        raise InvalidArgument(
+            f"select has {unknown[0]!r}; use {', '.join(THREAD_FIELDS)}.", field="select"
+        )
+    return {k: v for k, v in item.items() if k in select or k == "thread_id"}
+
+
+_PATH_TOKEN = re.compile(r"([^.\[\]]+)|\[(-?\d+)\]")
+
+
+def _extract(item: dict[str, Any], path: str) -> Any:
+    """The value at a path like ``values.messages[-1].content`` (None if absent)."""
+    if not path or len(path) > 200:
+        raise InvalidArgument(f"extract path {path!r} is not valid.", field="extract")
+    value: Any = item
+    for key, index in _PATH_TOKEN.findall(path):
+        try:
+            value = value[int(index)] if index else value[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value

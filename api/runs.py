@@ -1,0 +1,501 @@
+"""Runs for the REST API: option checks, the ``Run`` JSON, wait results and the
+Server-Sent Events stream.
+
+Runs are created, waited for and cancelled by :mod:`criogen.services.runs`; this module
+checks the fields the SDK sends that the services do not take (each is honoured or
+refused with 422), turns runs into JSON, and streams a run's checkpoints as SSE.
+
+Streaming: the stream subscribes to the thread's Channels group
+(:func:`criogen.events.thread_group`) and, on each event, reads the run's new
+checkpoints from the database in version order — so no checkpoint is missed even when
+an event arrives before the subscription. Each checkpoint becomes one event per
+requested mode::
+
+    event: values        data: the state (with "__interrupt__" when it suspended)
+    event: updates       data: {node: what it returned} ({"__interrupt__": [...]})
+    event: debug         data: {"type": "checkpoint", "step", "timestamp", "payload"}
+    event: checkpoints   data: the debug payload alone
+    event: tasks         data: {"id", "name", "error", "interrupts", "result"} per node
+    event: events        data: {"event": "on_chain_stream", "name": node, "data": {...}}
+    event: messages      data: [message, metadata] for each new state message
+                         ("messages-tuple"; mode "messages" sends messages/complete)
+    custom               nothing: Criogen nodes have no custom stream writer yet
+
+It starts with ``event: metadata`` (``{"run_id", "attempt"}``), sends ``event: error``
+if the run fails, and always ends with ``event: end``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+
+from api import threads
+from api.auth import Principal
+from criogen.engine.checkpoints import Checkpoint
+from criogen.engine.errors import InvalidArgument
+from criogen.storage.models import Checkpoint as CheckpointRow
+from criogen.storage.models import Run, Thread
+
+__all__ = [
+    "STREAM_MODES",
+    "check_options",
+    "run_out",
+    "run_result",
+    "sse_stream",
+    "stream_modes",
+    "thread_stream",
+]
+
+logger = logging.getLogger("api.runs")
+
+STREAM_MODES = (
+    "values",
+    "updates",
+    "messages",
+    "messages-tuple",
+    "events",
+    "debug",
+    "custom",
+    "checkpoints",
+    "tasks",
+)
+ENDED = ("success", "error", "interrupted", "timeout")
+HEARTBEAT_SECONDS = 10.0
+
+
+def stream_modes(value: Any, field: str = "stream_mode") -> list[str]:
+    """``stream_mode`` as a list of known modes (default ``["values"]``)."""
+    if value is None:
+        return ["values"]
+    modes = [value] if isinstance(value, str) else list(value)
+    for mode in modes:
+        if mode not in STREAM_MODES:
+            raise InvalidArgument(
+                f"{field} has {mode!r}; use {', '.join(STREAM_MODES)}.", field=field
+            )
+    return modes or ["values"]
+
+
+def check_options(payload: Any, *, stream: bool = False) -> None:
+    """Refuse (422, naming the field) what the SDK may send and Criogen cannot do."""
+    if payload.interrupt_before:
+        raise InvalidArgument(
+            "interrupt_before is not supported: call suspend() inside the node instead.",
+            field="interrupt_before",
+        )
+    if payload.interrupt_after:
+        raise InvalidArgument(
+            "interrupt_after is not supported: call suspend() inside the node instead.",
+            field="interrupt_after",
+        )
+    if getattr(payload, "feedback_keys", None):
+        raise InvalidArgument("feedback_keys (LangSmith) is not supported.", field="feedback_keys")
+    if getattr(payload, "langsmith_tracer", None):
+        raise InvalidArgument("langsmith_tracer is not supported.", field="langsmith_tracer")
+    if getattr(payload, "stream_resumable", False):
+        raise InvalidArgument(
+            "stream_resumable is not supported: join_stream replays the run's checkpoints.",
+            field="stream_resumable",
+        )
+    if getattr(payload, "after_seconds", None):
+        raise InvalidArgument(
+            "after_seconds (delayed runs) is not supported.", field="after_seconds"
+        )
+    stream_modes(payload.stream_mode)
+
+
+def cancel_reason(run: Run) -> str | None:
+    """Why an ``interrupted`` run stopped: None when it waits for a person."""
+    if run.status != "interrupted" or not run.cancelled_by:
+        return None
+    return f"cancelled by {run.cancelled_by}"
+
+
+def run_out(run: Run) -> dict[str, Any]:
+    """A run as the SDK's ``Run``.
+
+    ``status`` ``interrupted`` covers both "waiting for a person" and "cancelled";
+    ``cancel_reason`` / ``cancelled_by`` tell them apart (null when waiting).
+    """
+    kwargs = dict(run.kwargs or {})
+    return {
+        "run_id": str(run.run_id),
+        "thread_id": run.thread_id,
+        "assistant_id": str(run.assistant_id),
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+        "status": run.status,
+        "metadata": run.metadata or {},
+        "multitask_strategy": run.multitask_strategy,
+        "kwargs": {
+            **kwargs,
+            "input": run.input,
+            "command": run.command,
+            "checkpoint_id": run.checkpoint_id,
+            "durability": run.durability,
+        },
+        "cancel_reason": cancel_reason(run),
+        "cancelled_by": run.cancelled_by,
+        "error": run.error,
+    }
+
+
+def run_result(run: Run) -> dict[str, Any]:
+    """What ``runs.wait`` / ``runs.join`` answer: the thread's values at the end.
+
+    A suspended thread adds ``"__interrupt__": [...]``; a failed run answers
+    ``{"__error__": {"error", "message"}}`` (the SDK raises it unless
+    ``raise_error=False``).
+    """
+    if run.status == "error":
+        error = run.error or {}
+        return {
+            "__error__": {
+                "error": error.get("type") or error.get("code") or "Error",
+                "message": error.get("message") or "the run failed",
+                "code": error.get("code"),
+            }
+        }
+    head = threads.storage().head(run.thread_id) if run.thread_id else None
+    values: dict[str, Any] = dict(head.state) if head is not None else {}
+    if head is not None and head.status == "suspended" and run.status != "success":
+        values["__interrupt__"] = [threads.interrupt_out(i) for i in head.interrupts]
+    return values
+
+
+def load_run(who: Principal, thread_id: str, run_id: str) -> Run:
+    """The run on a thread the caller may see (404 otherwise)."""
+    from criogen.selectors import get_run
+
+    threads.load_thread(who, thread_id)
+    return get_run(run_id=run_id, thread_id=thread_id)
+
+
+def claim_owner(who: Principal, thread_id: str | None, *, created: bool) -> None:
+    """For a thread a run has just created (``if_not_exists="create"``, stateless):
+    record the caller as ``owner`` and give it the server's default TTL."""
+    if thread_id is None or not created:
+        return
+    row = Thread.objects.filter(pk=thread_id).first()
+    if row is None:
+        return
+    if who.name is not None and "owner" not in (row.metadata or {}):
+        row.metadata = {**(row.metadata or {}), "owner": who.name}
+    ttl = threads.default_ttl()
+    if row.ttl_minutes is None and ttl is not None:
+        threads.apply_ttl(row, ttl)
+    row.save(update_fields=["metadata", "ttl_minutes", "ttl_strategy", "expires_at"])
+
+
+# -- streaming ------------------------------------------------------------------------
+
+
+def _sse(event: str, data: Any) -> bytes:
+    text = json.dumps(data, default=_default, separators=(",", ":"))
+    return f"event: {event}\ndata: {text}\n\n".encode()
+
+
+def _default(value: Any) -> Any:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def _new_checkpoints(thread_id: str, run_id: str, after: int) -> list[Checkpoint]:
+    versions = list(
+        CheckpointRow.objects.filter(thread_id=thread_id, run_id=run_id, version__gt=after)
+        .order_by("version")
+        .values_list("id", flat=True)
+    )
+    store = threads.storage()
+    return [store.get_checkpoint(thread_id, cid) for cid in versions]
+
+
+def _state_at_version(thread_id: str, version: int) -> dict[str, Any]:
+    if version <= 0:
+        return {}
+    found = threads.storage().history(thread_id, limit=1, before=version + 1)
+    return found[0].state if found else {}
+
+
+def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What changed between two states (appended list items only, for lists)."""
+    out: dict[str, Any] = {}
+    for key, value in after.items():
+        old = before.get(key)
+        if old == value:
+            continue
+        if isinstance(old, list) and isinstance(value, list) and value[: len(old)] == old:
+            out[key] = value[len(old) :]
+        else:
+            out[key] = value
+    return out
+
+
+def _updates_of(
+    cp: Checkpoint,
+    known: dict[str, Any] | None,
+    previous: Checkpoint | None,
+    before: dict[str, Any],
+) -> dict[str, Any]:
+    """What the step that wrote ``cp`` changed, ``{node: update}``: from the live event
+    when it arrived, else rebuilt from the state before it."""
+    if cp.status == "suspended":
+        return {"__interrupt__": [threads.interrupt_out(i) for i in cp.interrupts]}
+    if known:
+        return known
+    if cp.source == "input":
+        return {"__start__": _diff(before, cp.state)}
+    node = previous.next[0] if previous is not None and previous.next else cp.source
+    return {node: _diff(before, cp.state)}
+
+
+def _debug_payload(cp: Checkpoint) -> dict[str, Any]:
+    state = threads.state_out(cp.thread_id, cp)
+    config = {"configurable": {**state["checkpoint"]}}
+    parent = state["parent_checkpoint"]
+    return {
+        "config": config,
+        "parent_config": {"configurable": parent} if parent else None,
+        "values": cp.state,
+        "metadata": state["metadata"],
+        "next": list(cp.next),
+        "tasks": state["tasks"],
+    }
+
+
+def _events_for(
+    cp: Checkpoint,
+    modes: list[str],
+    updates: dict[str, Any],
+    run_id: str,
+    before: dict[str, Any],
+) -> list[bytes]:
+    out: list[bytes] = []
+    step = cp.metadata.get("step", cp.version - 1)
+    stamp = cp.created_at.isoformat()
+    for mode in modes:
+        if mode == "values":
+            values = dict(cp.state)
+            if cp.status == "suspended":
+                values["__interrupt__"] = [threads.interrupt_out(i) for i in cp.interrupts]
+            out.append(_sse("values", values))
+        elif mode == "updates":
+            out.append(_sse("updates", updates))
+        elif mode == "debug":
+            payload = {"type": "checkpoint", "step": step, "timestamp": stamp}
+            out.append(_sse("debug", {**payload, "payload": _debug_payload(cp)}))
+        elif mode == "checkpoints":
+            out.append(_sse("checkpoints", _debug_payload(cp)))
+        elif mode == "tasks":
+            for node, result in updates.items():
+                if node.startswith("__"):
+                    continue
+                out.append(
+                    _sse(
+                        "tasks",
+                        {
+                            "id": threads.task_id(cp.parent_id or cp.id, node),
+                            "name": node,
+                            "error": None,
+                            "interrupts": [],
+                            "result": result,
+                        },
+                    )
+                )
+        elif mode == "events":
+            for node, result in updates.items():
+                out.append(
+                    _sse(
+                        "events",
+                        {
+                            "event": "on_chain_stream",
+                            "name": node,
+                            "run_id": run_id,
+                            "tags": [],
+                            "metadata": {"langgraph_step": step, "thread_id": cp.thread_id},
+                            "data": {"chunk": result},
+                        },
+                    )
+                )
+        elif mode in ("messages", "messages-tuple"):
+            messages = cp.state.get("messages")
+            if not isinstance(messages, list):
+                continue
+            old = before.get("messages")
+            start = len(old) if isinstance(old, list) else 0
+            node = next((n for n in updates if not n.startswith("__")), "")
+            for message in messages[start:]:
+                meta = {"langgraph_node": node, "langgraph_step": step, "run_id": run_id}
+                if mode == "messages-tuple":
+                    out.append(_sse("messages", [message, meta]))
+                else:
+                    out.append(_sse("messages/metadata", {str(id(message)): {"metadata": meta}}))
+                    out.append(_sse("messages/complete", [message]))
+    return out
+
+
+async def sse_stream(
+    *,
+    run_id: str,
+    thread_id: str,
+    modes: list[str],
+    channel: tuple[Any, str] | None = None,
+    cancel_on_disconnect: bool = False,
+    cancelled_by: str | None = None,
+    after_end: Any = None,
+) -> AsyncIterator[bytes]:
+    """The SSE body of one run, from its first checkpoint to ``event: end``.
+
+    ``channel`` is ``(layer, name)`` of a channel already in the thread's group (the
+    caller subscribes before creating the run so that no event is lost); without it
+    one is made here. ``after_end`` is called (sync) once the run has ended.
+    """
+    from channels.layers import get_channel_layer
+
+    from criogen.events import thread_group
+
+    layer, name = channel if channel is not None else (get_channel_layer(), None)
+    if name is None:
+        name = await layer.new_channel()
+        await layer.group_add(thread_group(thread_id), name)
+    ended = False
+    try:
+        yield _sse("metadata", {"run_id": run_id, "attempt": 1})
+        known_updates: dict[str, dict[str, Any]] = {}
+        last_version = await sync_to_async(_start_version)(thread_id, run_id)
+        before = await sync_to_async(_state_at_version)(thread_id, last_version)
+        previous: Checkpoint | None = None
+        while True:
+            status = await sync_to_async(_status)(run_id)
+            for cp in await sync_to_async(_new_checkpoints)(thread_id, run_id, last_version):
+                updates = _updates_of(cp, known_updates.pop(cp.id, None), previous, before)
+                for chunk in await sync_to_async(_events_for)(cp, modes, updates, run_id, before):
+                    yield chunk
+                last_version, previous, before = cp.version, cp, cp.state
+            if status is None or status in ENDED:
+                break
+            try:
+                event = await asyncio.wait_for(layer.receive(name), timeout=HEARTBEAT_SECONDS)
+            except TimeoutError:
+                yield b": heartbeat\n\n"
+                continue
+            if event.get("type") == "checkpoint.written" and event.get("run_id") == run_id:
+                known_updates[str(event.get("checkpoint_id"))] = event.get("updates") or {}
+        ended = True
+        run = await sync_to_async(Run.objects.filter(pk=run_id).first)()
+        if run is not None and run.status == "error":
+            error = run.error or {}
+            yield _sse(
+                "error",
+                {
+                    "error": error.get("type") or error.get("code") or "Error",
+                    "message": error.get("message") or "the run failed",
+                },
+            )
+        yield _sse("end", None)
+    finally:
+        await layer.group_discard(thread_group(thread_id), name)
+        if not ended and cancel_on_disconnect:
+            await sync_to_async(_cancel_quietly)(run_id, cancelled_by)
+        if after_end is not None:
+            await sync_to_async(after_end)()
+
+
+async def thread_stream(*, thread_id: str, modes: list[str]) -> AsyncIterator[bytes]:
+    """The live SSE feed of a thread (``threads.join_stream``): it starts with
+    ``event: metadata`` (``{"thread_id"}``) and then, as they happen,
+
+    - ``lifecycle``: ``event: lifecycle``, ``{"run_id", "status"}`` per run status change;
+    - ``state_update``: ``event: values``, the state after each checkpoint;
+    - ``run_modes``: each checkpoint in the stream modes of the run that wrote it.
+
+    It has no end: it stops when the client disconnects. Nothing is replayed.
+    """
+    from channels.layers import get_channel_layer
+
+    from criogen.events import thread_group
+
+    layer = get_channel_layer()
+    name = await layer.new_channel()
+    await layer.group_add(thread_group(thread_id), name)
+    try:
+        yield _sse("metadata", {"thread_id": thread_id})
+        while True:
+            try:
+                event = await asyncio.wait_for(layer.receive(name), timeout=HEARTBEAT_SECONDS)
+            except TimeoutError:
+                yield b": heartbeat\n\n"
+                continue
+            for chunk in await sync_to_async(_thread_event)(thread_id, event, modes):
+                yield chunk
+    finally:
+        await layer.group_discard(thread_group(thread_id), name)
+
+
+def _thread_event(thread_id: str, event: dict[str, Any], modes: list[str]) -> list[bytes]:
+    out: list[bytes] = []
+    if event.get("type") == "run.changed":
+        if "lifecycle" in modes:
+            out.append(
+                _sse("lifecycle", {"run_id": event.get("run_id"), "status": event.get("status")})
+            )
+        return out
+    if event.get("type") != "checkpoint.written":
+        return out
+    try:
+        cp = threads.storage().get_checkpoint(thread_id, str(event.get("checkpoint_id")))
+    except Exception:  # noqa: BLE001 - deleted meanwhile (rollback, thread delete)
+        return out
+    if "state_update" in modes:
+        out.extend(_events_for(cp, ["values"], {}, str(cp.run_id), {}))
+    if "run_modes" in modes and cp.run_id:
+        run = Run.objects.filter(pk=cp.run_id).only("kwargs").first()
+        run_modes = stream_modes((run.kwargs or {}).get("stream_mode") if run else None)
+        updates = _updates_of(cp, event.get("updates") or None, None, {})
+        out.extend(_events_for(cp, run_modes, updates, str(cp.run_id), {}))
+    return out
+
+
+def _start_version(thread_id: str, run_id: str) -> int:
+    """The version after which the run's checkpoints start: before its first one, or
+    the head now (a run that has not written yet writes after it)."""
+    # Read the head before looking for the run's checkpoints: if the run writes in
+    # between, its first checkpoint is found; the other order could skip all of them.
+    info = threads.storage().thread_info(thread_id)
+    head = info.head_version if info is not None else 0
+    first = (
+        CheckpointRow.objects.filter(thread_id=thread_id, run_id=run_id)
+        .order_by("version")
+        .values_list("version", flat=True)
+        .first()
+    )
+    return int(first) - 1 if first is not None else head
+
+
+def _status(run_id: str) -> str | None:
+    return Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+
+
+def _cancel_quietly(run_id: str, by: str | None) -> None:
+    from criogen.services.runs import cancel_run
+
+    run = Run.objects.filter(pk=run_id).first()
+    if run is not None and run.status in ("pending", "running"):
+        try:
+            cancel_run(run=run, action="interrupt", by=by or "client disconnected")
+        except Exception:
+            logger.exception("could not cancel run %s after its client left", run_id)
+
+
+def touch(thread_id: str | None) -> None:
+    """Mark the thread as updated now."""
+    if thread_id is not None:
+        Thread.objects.filter(pk=thread_id).update(updated_at=timezone.now())

@@ -1,0 +1,443 @@
+"""Runs: create, wait for, cancel and delete them; resume and retry threads.
+
+``create_run`` validates everything before it writes, creates the run ``pending`` in
+one transaction (the thread row locked, so two requests on one thread apply their
+multitask strategies in order), and enqueues it only after the commit. The runner
+(:mod:`criogen.runner`) executes runs one at a time per thread, oldest first.
+
+Multitask strategies (what happens when the thread already has a pending or running
+run), as in LangGraph: ``enqueue`` (default) the new run waits its turn; ``reject``
+raises ThreadBusy (409); ``interrupt`` cancels the active runs (their checkpoints
+stay) and the new run starts when they stopped; ``rollback`` does the same and
+deletes the checkpoints the cancelled runs wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from criogen import events
+from criogen.engine.errors import (
+    AlreadyDecided,
+    CheckpointNotFound,
+    InvalidArgument,
+    NothingToRetry,
+    NotSuspended,
+    ThreadBusy,
+    ThreadNotFound,
+)
+from criogen.engine.runner import check_durability
+from criogen.engine.state import check_json
+from criogen.runner import enqueue_run, request_stop, start_next
+from criogen.selectors import RunNotFound
+from criogen.services.assistants import resolve_assistant
+from criogen.storage.models import Assistant, Checkpoint, Run, Thread
+from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
+
+__all__ = [
+    "MULTITASK_STRATEGIES",
+    "RunNotFound",
+    "cancel_run",
+    "create_run",
+    "delete_run",
+    "resolve_durability",
+    "resume_thread",
+    "retry_thread",
+    "wait_run",
+]
+
+logger = logging.getLogger("criogen.services.runs")
+
+MULTITASK_STRATEGIES = ("reject", "interrupt", "rollback", "enqueue")
+CANCEL_ACTIONS = ("interrupt", "rollback")
+ENDED = ("success", "error", "interrupted", "timeout")
+
+
+def resolve_durability(durability: Any = None, checkpoint_during: Any = None) -> str:
+    """The durability mode of a run from what the client sent.
+
+    ``durability`` wins when both are sent; ``checkpoint_during`` is the deprecated
+    form (true -> ``async``, false -> ``exit``); neither -> the server default
+    ``settings.CRIOGEN_CHECKPOINT_DURABILITY``. Raises InvalidArgument naming the field.
+    """
+    if durability is not None:
+        return check_durability(durability, "durability")
+    if checkpoint_during is not None:
+        if not isinstance(checkpoint_during, bool):
+            raise InvalidArgument(
+                f"checkpoint_during is {checkpoint_during!r}; use true or false.",
+                field="checkpoint_during",
+            )
+        return "async" if checkpoint_during else "exit"
+    return check_durability(settings.CRIOGEN_CHECKPOINT_DURABILITY, "CRIOGEN_CHECKPOINT_DURABILITY")
+
+
+def create_run(
+    *,
+    thread_id: str | None,
+    assistant_id: str,
+    input: Any = None,
+    command: Any = None,
+    checkpoint_id: str | None = None,
+    checkpoint: Any = None,
+    durability: Any = None,
+    checkpoint_during: Any = None,
+    multitask_strategy: str = "enqueue",
+    metadata: Any = None,
+    config: Any = None,
+    context: Any = None,
+    webhook: str | None = None,
+    if_not_exists: str = "reject",
+    stream_mode: Any = None,
+    owner: Any = None,
+    action: str | None = None,
+) -> Run:
+    """Create a run ``pending`` and have it executed once the transaction commits.
+
+    Args:
+        thread_id: the thread to run on; None for a stateless run (a new thread).
+        assistant_id: an assistant's UUID, or a graph id (its default assistant).
+        input: JSON object merged into the state (a new turn).
+        command: ``{"resume": value}`` to answer the thread's suspension.
+        checkpoint_id / checkpoint: start from this earlier checkpoint (a fork);
+            ``checkpoint["checkpoint_id"]`` wins over ``checkpoint_id``.
+        durability / checkpoint_during: see :func:`resolve_durability`.
+        multitask_strategy: ``enqueue``, ``reject``, ``interrupt`` or ``rollback``.
+        if_not_exists: ``reject`` (unknown thread -> ThreadNotFound) or ``create``.
+        action: ``"retry"`` to continue the thread's failed or interrupted turn.
+    Raises:
+        InvalidArgument (422, names the field), ThreadNotFound (404),
+        CheckpointNotFound (404), GraphNotFound (404), ThreadBusy (409, strategy
+        ``reject``), NotSuspended (409, a resume on a thread not waiting for input).
+    """
+    assistant = resolve_assistant(assistant_id=assistant_id)
+    mode = resolve_durability(durability, checkpoint_during)
+    if multitask_strategy not in MULTITASK_STRATEGIES:
+        raise InvalidArgument(
+            f"multitask_strategy is {multitask_strategy!r}; use one of "
+            f"{', '.join(MULTITASK_STRATEGIES)}.",
+            field="multitask_strategy",
+        )
+    if if_not_exists not in ("reject", "create"):
+        raise InvalidArgument(
+            f"if_not_exists is {if_not_exists!r}; use 'reject' or 'create'.",
+            field="if_not_exists",
+        )
+    if input is not None and not isinstance(input, dict):
+        raise InvalidArgument("input must be a JSON object (or null).", field="input")
+    _check_json(input, "input")
+    resume = _check_command(command)
+    if command is not None and input is not None:
+        raise InvalidArgument("send either input or command, not both.", field="command")
+    checkpoint_id = _check_checkpoint(checkpoint_id, checkpoint)
+    for name, value in (("metadata", metadata), ("config", config), ("context", context)):
+        if value is not None and not isinstance(value, dict):
+            raise InvalidArgument(f"{name} must be a JSON object.", field=name)
+        _check_json(value, name)
+    if action not in (None, "retry"):
+        raise InvalidArgument(f"action is {action!r}; only 'retry' exists.", field="action")
+
+    run_id = uuid.uuid4()
+    kwargs = {
+        "config": config or {},
+        "context": context or {},
+        "stream_mode": stream_mode,
+        "webhook": webhook,
+    }
+    if action:
+        kwargs["action"] = action
+    with transaction.atomic():
+        thread = _thread_for_run(thread_id, if_not_exists, owner, run_id)
+        # Lock the thread row: runs created concurrently on one thread see each other.
+        thread = Thread.objects.select_for_update().get(pk=thread.pk)
+        active = list(
+            Run.objects.filter(thread=thread, status__in=ACTIVE_RUN_STATUSES).order_by("created_at")
+        )
+        if multitask_strategy == "reject" and (active or thread.lease_alive):
+            raise ThreadBusy(
+                f"thread {thread.pk!r} has a run in progress; wait for it, or send "
+                "multitask_strategy 'enqueue', 'interrupt' or 'rollback'.",
+                thread_id=thread.pk,
+            )
+        answering = next((r for r in active if r.command is not None), None)
+        if resume is not None and answering is not None and multitask_strategy == "enqueue":
+            # A run answering this suspension is already queued: a second answer would
+            # reach a thread that is no longer waiting, so refuse it now, by name.
+            by = (answering.metadata or {}).get("resumed_by") or "another client"
+            raise AlreadyDecided(
+                f"thread {thread.pk!r} was already answered by {by} (run "
+                f"{answering.run_id}); nothing was changed.",
+                thread_id=thread.pk,
+                decided_by=by,
+                decided_at=answering.created_at.isoformat(),
+                run_id=str(answering.run_id),
+            )
+        if resume is not None and not active and thread.head_status != "suspended":
+            raise NotSuspended(
+                f"thread {thread.pk!r} is not waiting for input (its head is "
+                f"{thread.head_status or 'empty'}); there is nothing to resume.",
+                thread_id=thread.pk,
+            )
+        if (
+            checkpoint_id is not None
+            and not Checkpoint.objects.filter(thread=thread, id=checkpoint_id).exists()
+        ):
+            raise CheckpointNotFound(
+                f"thread {thread.pk!r} has no checkpoint {checkpoint_id}.",
+                thread_id=thread.pk,
+                checkpoint_id=checkpoint_id,
+            )
+        if multitask_strategy in CANCEL_ACTIONS:
+            for other in active:
+                _cancel(other, action=multitask_strategy, by=f"run:{run_id}")
+        run = Run.objects.create(
+            run_id=run_id,
+            thread=thread,
+            assistant=assistant,
+            graph_id=assistant.graph_id,
+            status="pending",
+            input=input,
+            command=command,
+            checkpoint_id=checkpoint_id,
+            durability=mode,
+            multitask_strategy=multitask_strategy,
+            metadata=metadata or {},
+            kwargs=kwargs,
+            owner=owner if getattr(owner, "pk", None) is not None else None,
+        )
+        # LangGraph keeps the last assistant and graph on the thread's metadata.
+        thread.metadata = {
+            **(thread.metadata or {}),
+            "assistant_id": str(assistant.assistant_id),
+            "graph_id": assistant.graph_id,
+        }
+        thread.updated_at = timezone.now()
+        thread.save(update_fields=["metadata", "updated_at"])
+        transaction.on_commit(lambda: _announce_and_enqueue(run))
+    return run
+
+
+def _announce_and_enqueue(run: Run) -> None:
+    events.run_changed(run_id=run.run_id, thread_id=run.thread_id, status="pending")
+    try:
+        enqueue_run(run.run_id)
+    except Exception:
+        # The run is committed: the reaper restarts it once the broker is back, so the
+        # caller gets its run instead of an error for a run that does exist.
+        logger.exception("could not enqueue run %s; the reaper will retry", run.run_id)
+
+
+def _thread_for_run(thread_id: str | None, if_not_exists: str, owner: Any, run_id: Any) -> Thread:
+    owner = owner if getattr(owner, "pk", None) is not None else None
+    if thread_id is None:
+        # A stateless run gets a thread of its own, marked so lists can hide it.
+        return Thread.objects.create(id=str(run_id), owner=owner, metadata={"stateless": True})
+    if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 255:
+        raise InvalidArgument(
+            f"thread_id {thread_id!r} must be 1–255 characters, not all blank.",
+            field="thread_id",
+        )
+    thread = Thread.objects.filter(pk=thread_id).first()
+    if thread is not None:
+        return thread
+    if if_not_exists == "create":
+        thread, _ = Thread.objects.get_or_create(id=thread_id, defaults={"owner": owner})
+        return thread
+    raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
+
+
+def _check_json(value: Any, field: str) -> None:
+    try:
+        check_json(value, field)
+    except Exception as exc:
+        raise InvalidArgument(f"{field} is not plain JSON: {exc}", field=field) from exc
+
+
+def _check_command(command: Any) -> Any:
+    if command is None:
+        return None
+    if not isinstance(command, dict) or "resume" not in command:
+        raise InvalidArgument(
+            'command must be {"resume": value}; other commands are not supported.',
+            field="command",
+        )
+    unsupported = sorted(k for k, v in command.items() if k != "resume" and v is not None)
+    if unsupported:
+        raise InvalidArgument(
+            f"command.{unsupported[0]} is not supported; send only command.resume.",
+            field=f"command.{unsupported[0]}",
+        )
+    _check_json(command["resume"], "command.resume")
+    return command
+
+
+def _check_checkpoint(checkpoint_id: Any, checkpoint: Any) -> str | None:
+    field = "checkpoint_id"
+    if checkpoint is not None:
+        if not isinstance(checkpoint, dict):
+            raise InvalidArgument("checkpoint must be an object.", field="checkpoint")
+        if checkpoint.get("checkpoint_id") is not None:
+            checkpoint_id, field = checkpoint["checkpoint_id"], "checkpoint.checkpoint_id"
+    if checkpoint_id is None:
+        return None
+    try:
+        return str(uuid.UUID(str(checkpoint_id)))
+    except ValueError:
+        raise InvalidArgument(f"{field} {checkpoint_id!r} is not a UUID.", field=field) from None
+
+
+# -- waiting ---------------------------------------------------------------------------
+
+_changed = threading.Condition()
+_generation = 0
+
+
+def _wake(event: dict[str, Any]) -> None:
+    global _generation
+    with _changed:
+        _generation += 1
+        _changed.notify_all()
+
+
+events.add_run_listener(_wake)
+
+
+def wait_run(*, run: Run, timeout: float | None = None) -> Run:
+    """Block until ``run`` has ended (success, error, interrupted, timeout) or
+    ``timeout`` seconds passed; return it refreshed.
+
+    Runs executed in this process wake the waiter through their ``run.changed`` events;
+    for runs on other processes (Celery) it re-reads the row with a backoff up to 1 s.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        with _changed:
+            seen = _generation
+        run.refresh_from_db()
+        if run.status in ENDED:
+            return run
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            return run
+        with _changed:
+            if _generation == seen:
+                _changed.wait(delay if remaining is None else min(delay, remaining))
+        delay = min(delay * 2, 1.0)
+
+
+# -- cancelling --------------------------------------------------------------------------
+
+
+def cancel_run(*, run: Run, action: str = "interrupt", by: str | None = None) -> Run:
+    """Cancel ``run``: a pending one ends ``interrupted`` now; a running one stops
+    before its next step (then ``interrupted``, its checkpoints kept for
+    ``interrupt``, deleted for ``rollback``). ``cancelled_by`` records ``by``.
+    An ended run is returned unchanged. Raises InvalidArgument for another action.
+    """
+    if action not in CANCEL_ACTIONS:
+        raise InvalidArgument(
+            f"action is {action!r}; use 'interrupt' or 'rollback'.", field="action"
+        )
+    with transaction.atomic():
+        _cancel(run, action=action, by=by or "user")
+    run.refresh_from_db()
+    return run
+
+
+def _cancel(run: Run, *, action: str, by: str) -> None:
+    """Cancel inside the caller's transaction; effects after commit."""
+    now = timezone.now()
+    rows = Run.objects.filter(pk=run.pk, status="pending").update(
+        status="interrupted",
+        cancelled_by=by,
+        cancel_action=action,
+        ended_at=now,
+        updated_at=now,
+    )
+    if rows == 1:
+        thread_id = run.thread_id
+
+        def after() -> None:
+            events.run_changed(run_id=run.pk, thread_id=thread_id, status="interrupted")
+            if thread_id is not None:
+                start_next(thread_id)
+
+        transaction.on_commit(after)
+        return
+    rows = Run.objects.filter(pk=run.pk, status="running", cancel_action__isnull=True).update(
+        cancelled_by=by, cancel_action=action, updated_at=now
+    )
+    if rows == 1:
+        transaction.on_commit(lambda: request_stop(run.pk))
+
+
+def delete_run(*, run: Run) -> None:
+    """Delete an ended run. Raises ThreadBusy (409) for a pending or running one:
+    cancel it first."""
+    if Run.objects.filter(pk=run.pk, status__in=ACTIVE_RUN_STATUSES).exists():
+        raise ThreadBusy(
+            f"run {run.pk} is {run.status}; cancel it before deleting it.",
+            thread_id=run.thread_id or "",
+            run_id=str(run.pk),
+        )
+    Run.objects.filter(pk=run.pk).delete()
+
+
+# -- thread actions that start runs ----------------------------------------------------
+
+
+def _thread_assistant(thread_id: str) -> Assistant:
+    thread = Thread.objects.filter(pk=thread_id).first()
+    if thread is None:
+        raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
+    last = Run.objects.filter(thread_id=thread_id).order_by("-created_at").first()
+    if last is not None:
+        return last.assistant
+    known = (thread.metadata or {}).get("assistant_id") or (thread.metadata or {}).get("graph_id")
+    if known:
+        return resolve_assistant(assistant_id=str(known))
+    raise InvalidArgument(
+        f"thread {thread_id!r} has never run an assistant; start a run with assistant_id.",
+        field="assistant_id",
+    )
+
+
+def resume_thread(*, thread_id: str, value: Any, by: str | None = None) -> Run:
+    """Answer the thread's suspension with ``value``: a run with ``{"resume": value}``
+    on the thread's assistant. Raises NotSuspended (409) when it is not waiting."""
+    assistant = _thread_assistant(thread_id)
+    return create_run(
+        thread_id=thread_id,
+        assistant_id=str(assistant.assistant_id),
+        command={"resume": value},
+        metadata={"resumed_by": by} if by else None,
+    )
+
+
+def retry_thread(*, thread_id: str, by: str | None = None) -> Run:
+    """Continue the thread's failed or interrupted turn from its last checkpoint.
+    Raises NothingToRetry (409) when its head is neither failed nor stopped mid-run."""
+    assistant = _thread_assistant(thread_id)
+    thread = Thread.objects.get(pk=thread_id)
+    busy = Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).exists()
+    if not busy and thread.head_status not in ("failed", "in_progress"):
+        raise NothingToRetry(
+            f"thread {thread_id!r} has no failed or interrupted turn to retry (its head is "
+            f"{thread.head_status or 'empty'}).",
+            thread_id=thread_id,
+        )
+    return create_run(
+        thread_id=thread_id,
+        assistant_id=str(assistant.assistant_id),
+        metadata={"retried_by": by} if by else None,
+        action="retry",
+    )

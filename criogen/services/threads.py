@@ -1,0 +1,169 @@
+"""Thread actions that do not start a run: rewind, TTL policy, and the TTL sweep.
+
+The sweep applies each expired thread's policy (``settings``-free, per thread):
+
+- ``delete``: the thread, its runs and its checkpoints are removed;
+- ``keep_latest``: its history is compacted to the head (older checkpoints and the
+  stored values the head no longer reads are deleted) and the TTL re-arms.
+
+A thread with a pending or running run, or a live lease, is never touched: a later
+sweep picks it up once its runs have settled.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from criogen.engine.checkpoints import Checkpoint as CheckpointData
+from criogen.engine.errors import InvalidArgument, ThreadBusy, ThreadNotFound
+from criogen.registry import get_graph, storage
+from criogen.storage.models import Checkpoint, Run, Thread, Value
+from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
+
+__all__ = ["TTL_STRATEGIES", "compact_thread", "rewind_thread", "set_thread_ttl", "sweep_threads"]
+
+logger = logging.getLogger("criogen.services.threads")
+
+TTL_STRATEGIES = ("delete", "keep_latest")
+
+
+def rewind_thread(*, thread_id: str, checkpoint_id: str, by: str | None = None) -> CheckpointData:
+    """Fork the thread from one of its checkpoints: a new head with that checkpoint's
+    state (history keeps everything). Raises ThreadNotFound, CheckpointNotFound, and
+    ThreadBusy (409) while a run is pending or running on the thread."""
+    from criogen.services.runs import _thread_assistant
+
+    if not Thread.objects.filter(pk=thread_id).exists():
+        raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
+    if Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).exists():
+        raise ThreadBusy(
+            f"thread {thread_id!r} has a run in progress; cancel it or wait before rewinding.",
+            thread_id=thread_id,
+        )
+    from criogen.runner import _by
+
+    graph = get_graph(_thread_assistant(thread_id).graph_id)
+    thread = graph.thread(thread_id)
+    # Agents record who rewound (their audit trail); workflows take no ``by``.
+    checkpoint = thread.rewind(checkpoint_id, on_busy="fail", **_by(thread.rewind, by))
+    logger.info("thread %r rewound to %s by %s", thread_id, checkpoint_id, by or "unknown")
+    return checkpoint  # type: ignore[no-any-return]
+
+
+def set_thread_ttl(*, thread: Thread, minutes: int | None, strategy: str = "delete") -> Thread:
+    """Give ``thread`` a time to live of ``minutes`` from now (None: never expires).
+    Raises InvalidArgument for a non-positive ``minutes`` or an unknown strategy."""
+    if strategy not in TTL_STRATEGIES:
+        raise InvalidArgument(
+            f"ttl strategy is {strategy!r}; use 'delete' or 'keep_latest'.", field="ttl.strategy"
+        )
+    if minutes is not None and (
+        not isinstance(minutes, int) or isinstance(minutes, bool) or minutes <= 0
+    ):
+        raise InvalidArgument(f"ttl is {minutes!r}; use a positive number of minutes.", field="ttl")
+    thread.ttl_minutes = minutes
+    thread.ttl_strategy = strategy
+    thread.expires_at = timezone.now() + timedelta(minutes=minutes) if minutes else None
+    thread.save(update_fields=["ttl_minutes", "ttl_strategy", "expires_at"])
+    return thread
+
+
+def sweep_threads(*, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
+    """Apply the TTL policy of every expired, settled thread.
+
+    Returns ``{"deleted": n, "pruned": m}`` (the REST ``/threads/prune`` shape).
+    """
+    now = now or timezone.now()
+    active = Run.objects.filter(thread_id=OuterRef("pk"), status__in=ACTIVE_RUN_STATUSES)
+    due = (
+        Thread.objects.filter(expires_at__lte=now)
+        .filter(~Exists(active))
+        .order_by("expires_at")
+        .values_list("pk", "ttl_strategy", "ttl_minutes")[:limit]
+    )
+    deleted = pruned = 0
+    for thread_id, strategy, minutes in list(due):
+        try:
+            if strategy == "keep_latest":
+                if compact_thread(thread_id=thread_id, rearm_minutes=minutes, now=now):
+                    pruned += 1
+            elif _delete_expired(thread_id, now):
+                deleted += 1
+        except Exception:
+            logger.exception("TTL sweep of thread %r failed", thread_id)
+    return {"deleted": deleted, "pruned": pruned}
+
+
+def _settled(thread_id: str) -> Any:
+    """The thread row locked, if no run or lease is active on it (else None)."""
+    thread = Thread.objects.select_for_update().filter(pk=thread_id).first()
+    if thread is None or thread.lease_alive:
+        return None
+    if Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).exists():
+        return None
+    return thread
+
+
+def _delete_expired(thread_id: str, now: datetime) -> bool:
+    with transaction.atomic():
+        thread = _settled(thread_id)
+        if thread is None or thread.expires_at is None or thread.expires_at > now:
+            return False
+        # The ORM cascade removes runs, checkpoints and values with the thread.
+        thread.delete()
+    logger.info("TTL: deleted thread %r", thread_id)
+    return True
+
+
+def compact_thread(
+    *, thread_id: str, rearm_minutes: int | None = None, now: datetime | None = None
+) -> bool:
+    """Delete every checkpoint of the thread but its head, and the stored values the head
+    does not read; re-arm the TTL for ``rearm_minutes``. False if the thread is busy."""
+    now = now or timezone.now()
+    store = storage()
+    with transaction.atomic():
+        thread = _settled(thread_id)
+        if thread is None:
+            return False
+        head = store.head(thread_id) if thread.head_version else None
+        if head is not None:
+            keep = _reachable_values(thread_id, head.value_versions)
+            Checkpoint.objects.filter(thread_id=thread_id, version__lt=head.version).delete()
+            stale = [
+                pk
+                for pk, key, version in Value.objects.filter(thread_id=thread_id).values_list(
+                    "pk", "state_key", "version"
+                )
+                if (key, version) not in keep
+            ]
+            Value.objects.filter(pk__in=stale).delete()
+        thread.expires_at = now + timedelta(minutes=rearm_minutes) if rearm_minutes else None
+        thread.save(update_fields=["expires_at"])
+    logger.info("TTL: compacted thread %r to its head", thread_id)
+    return True
+
+
+def _reachable_values(thread_id: str, value_versions: dict[str, int]) -> set[tuple[str, int]]:
+    """(key, version) of every value row the head's state is built from: the row each
+    key points at, and for appended lists the chain of rows before it."""
+    rows = {
+        (key, version): (kind, prev)
+        for key, version, kind, prev in Value.objects.filter(
+            thread_id=thread_id, state_key__in=list(value_versions)
+        ).values_list("state_key", "version", "kind", "prev")
+    }
+    keep: set[tuple[str, int]] = set()
+    for key, version in value_versions.items():
+        at: int | None = version
+        while at is not None and (key, at) not in keep:
+            keep.add((key, at))
+            kind, prev = rows.get((key, at), ("s", None))
+            at = prev if kind == "a" else None
+    return keep

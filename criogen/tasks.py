@@ -1,0 +1,51 @@
+"""Celery tasks: thin wrappers that take ids and call the runner or a service.
+
+``execute_run_task`` is acknowledged late and rejected back to the queue when its
+worker is lost, so a crash never loses a run; the run's own claim (a conditional
+UPDATE) makes a duplicate delivery harmless.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+from celery.exceptions import Reject
+
+
+@shared_task(
+    name="criogen.tasks.execute_run_task",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def execute_run_task(run_id: str) -> str | None:
+    """Execute the run; when a shutdown stopped it, put the message back on the queue."""
+    from criogen.runner import HANDED_BACK, execute_run
+
+    status = execute_run(run_id)
+    if status == HANDED_BACK:
+        raise Reject("worker shutting down; run handed back", requeue=True)
+    return status
+
+
+@shared_task(name="criogen.tasks.reap_expired_task", ignore_result=True)
+def reap_expired_task() -> dict[str, list[str]]:
+    """Re-queue runs whose worker died (Celery beat runs this every few seconds)."""
+    from criogen.runner import reap_expired
+
+    return reap_expired()
+
+
+@shared_task(name="criogen.tasks.sweep_threads_task", ignore_result=True)
+def sweep_threads_task() -> dict[str, int]:
+    """Apply the TTL policy of expired threads (Celery beat)."""
+    from criogen.services.threads import sweep_threads
+
+    return sweep_threads()
+
+
+@shared_task(name="criogen.tasks.fire_deadlines_task", ignore_result=True)
+def fire_deadlines_task() -> dict[str, int]:
+    """Apply due suspension defaults and send due reminders (Celery beat)."""
+    from criogen.services.deadlines import fire_deadlines
+
+    return fire_deadlines()

@@ -1,0 +1,255 @@
+"""Operator actions: the dashboard's only way to change anything.
+
+Each function checks what the operator saw against the thread as it is now
+(compare-and-set on the head checkpoint), then calls one service of
+``criogen.services`` (contracts 1, 2 and 4), which validates, records and enqueues the
+change. The result is an :class:`Outcome` the page shows; nothing here raises for a
+refusal a person can understand (already decided, not suspended, busy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from criogen.engine.errors import CriogenError
+from criogen.services.runs import resume_thread, retry_thread
+from criogen.services.threads import rewind_thread
+from criogen.storage.models import Checkpoint as CheckpointRow
+from criogen.storage.models import Thread
+from dashboard.data import body_of
+
+
+@dataclass
+class Outcome:
+    """What happened, in words for the page, plus a level (``success``, ``warning``, ``error``)."""
+
+    ok: bool
+    message: str
+    level: str = "success"
+    code: str = ""
+    decided_by: str = ""
+    decided_at: datetime | None = None
+
+
+def record(action: str, *, thread: Thread, user: Any, details: dict[str, Any]) -> None:
+    """Add a dashboard action to the audit trail (when the storage keeps one).
+
+    Called inside the action's transaction, so the event exists exactly when the action
+    does.
+    """
+    from criogen.registry import storage
+
+    storage().record_audit(action, thread_id=thread.pk, actor=actor(user), details=details)
+
+
+def actor(user: Any) -> str:
+    """How the audit trail names a dashboard user."""
+    return str(user.get_username()) if getattr(user, "is_authenticated", False) else "anonymous"
+
+
+def who_decided(thread: Thread, checkpoint_id: str) -> tuple[str, datetime | None]:
+    """Who answered the suspension ``checkpoint_id`` and when, as far as the records tell.
+
+    An agent's approval leaves ``Decision`` rows (contract 4); a workflow's resume leaves
+    the run that resumed it (its ``cancelled_by``/metadata actor) and an audit event. When
+    nothing names a person, the time of the checkpoint that followed is still known.
+    """
+    from criogen.storage.models import AuditEvent, Decision, Run
+
+    decision = (
+        Decision.objects.filter(thread_id=thread.pk, checkpoint_id=checkpoint_id)
+        .order_by("decided_at")
+        .first()
+    )
+    if decision is not None and decision.actor:
+        return str(decision.actor), decision.decided_at
+    suspended_at = (
+        CheckpointRow.objects.filter(pk=checkpoint_id).values_list("created_at", flat=True).first()
+    )
+    if suspended_at is not None:
+        # A run resuming it records who asked for it (the runner may not pass it on to
+        # the Decision row, so look here too).
+        run = (
+            Run.objects.filter(
+                thread_id=thread.pk, command__isnull=False, created_at__gte=suspended_at
+            )
+            .order_by("created_at")
+            .first()
+        )
+        if run is not None and isinstance(run.metadata, dict) and run.metadata.get("resumed_by"):
+            at = decision.decided_at if decision is not None else run.created_at
+            return str(run.metadata["resumed_by"]), at
+    later = (
+        CheckpointRow.objects.filter(thread_id=thread.pk, parent_id=checkpoint_id)
+        .order_by("version")
+        .first()
+    )
+    at = later.created_at if later is not None else thread.updated_at
+    suspended = CheckpointRow.objects.filter(pk=checkpoint_id).values_list("created_at", flat=True)
+    since = suspended.first() or at
+    # The first person to act on the thread after it suspended is who answered it.
+    event = (
+        AuditEvent.objects.filter(thread_id=thread.pk, created_at__gte=since)
+        .exclude(actor=None)
+        .exclude(actor="")
+        .order_by("created_at")
+        .first()
+    )
+    if event is not None:
+        return str(event.actor), event.created_at
+    if later is not None:
+        meta = body_of(later).get("metadata") or {}
+        by = meta.get("actor") or meta.get("decided_by") or meta.get("by") or ""
+        return str(by), later.created_at
+    return "", at
+
+
+def _already(thread: Thread, checkpoint_id: str) -> Outcome:
+    by, at = who_decided(thread, checkpoint_id)
+    when = timezone.localtime(at).strftime("%H:%M:%S") if at else "a moment ago"
+    who = by or "another operator"
+    return Outcome(
+        ok=False,
+        message=f"Already decided by {who} at {when}; nothing was changed.",
+        level="warning",
+        code="already_decided",
+        decided_by=by,
+        decided_at=at,
+    )
+
+
+def decided_note(by: str, at: datetime | None) -> Outcome:
+    """The note a live page shows when the suspension it displayed was answered."""
+    when = timezone.localtime(at).strftime("%H:%M:%S") if at else "just now"
+    return Outcome(
+        ok=True,
+        message=f"Decided by {by or 'another operator'} at {when}.",
+        level="info",
+        code="decided",
+        decided_by=by,
+        decided_at=at,
+    )
+
+
+def _refused(exc: CriogenError, thread: Thread, checkpoint_id: str) -> Outcome:
+    if exc.code == "already_decided":
+        by = str(exc.details.get("decided_by") or "")
+        at = exc.details.get("decided_at")
+        when = at if isinstance(at, datetime) else None
+        if isinstance(at, str):
+            try:
+                when = datetime.fromisoformat(at)
+            except ValueError:
+                when = None
+        stamp = timezone.localtime(when).strftime("%H:%M:%S") if when else str(at or "")
+        return Outcome(
+            ok=False,
+            message=f"Already decided by {by or 'another operator'}"
+            + (f" at {stamp}" if stamp else "")
+            + "; nothing was changed.",
+            level="warning",
+            code="already_decided",
+            decided_by=by,
+            decided_at=when,
+        )
+    if exc.code in ("not_suspended", "thread_busy") and checkpoint_id:
+        return _already(thread, checkpoint_id)
+    return Outcome(ok=False, message=exc.message, level="error", code=exc.code)
+
+
+def _answer(
+    *, thread: Thread, expected: str, value: Any, user: Any, audit_action: str
+) -> Outcome | None:
+    """Resume the suspension ``expected`` with ``value``, unless it was answered already.
+
+    Compare-and-set: under a lock on the thread row (``select_for_update``; SQLite takes
+    its write lock at BEGIN IMMEDIATE), refuse when the head is no longer ``expected``
+    or a run answering it is already queued; else create the resuming run in the same
+    transaction, so two operators clicking at once end with exactly one run. Returns
+    None when the run was created, else the refusal.
+    """
+    from criogen.storage.models import Run
+    from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
+
+    with transaction.atomic():
+        current = Thread.objects.select_for_update().get(pk=thread.pk)
+        answered = Run.objects.filter(
+            thread_id=thread.pk, status__in=ACTIVE_RUN_STATUSES, command__isnull=False
+        ).exists()
+        if current.head_id != expected or current.head_status != "suspended" or answered:
+            refusal = _already(current, expected)
+        else:
+            refusal = None
+            run = resume_thread(thread_id=thread.pk, value=value, by=actor(user))
+            record(
+                audit_action,
+                thread=thread,
+                user=user,
+                details={"checkpoint_id": expected, "run_id": str(run.run_id), "value": value},
+            )
+    return refusal
+
+
+def resume(*, thread: Thread, expected: str, value: Any, user: Any) -> Outcome:
+    """Answer a workflow's suspension with ``value`` (a run resumes it)."""
+    try:
+        refusal = _answer(
+            thread=thread, expected=expected, value=value, user=user, audit_action="ui.resume"
+        )
+    except CriogenError as exc:
+        return _refused(exc, thread, expected)
+    return refusal or Outcome(True, "Resumed: a run continues the thread.")
+
+
+def decide(*, thread: Thread, expected: str, decisions: list[dict[str, Any]], user: Any) -> Outcome:
+    """Send an HITL response (contract 4) to an agent waiting for approval."""
+    if not decisions:
+        return _already(thread, expected)
+    try:
+        refusal = _answer(
+            thread=thread,
+            expected=expected,
+            value={"decisions": decisions},
+            user=user,
+            audit_action="ui.decide",
+        )
+    except CriogenError as exc:
+        return _refused(exc, thread, expected)
+    if refusal is not None:
+        return refusal
+    kinds = sorted({d["type"] for d in decisions})
+    words = {"approve": "Approved", "reject": "Rejected", "edit": "Edited and approved"}
+    summary = ", ".join(words.get(k, k) for k in kinds)
+    return Outcome(True, f"{summary}: the agent continues.")
+
+
+def retry(*, thread: Thread, user: Any) -> Outcome:
+    """Retry a failed or interrupted run from its last checkpoint."""
+    try:
+        with transaction.atomic():
+            run = retry_thread(thread_id=thread.pk, by=actor(user))
+            record("ui.retry", thread=thread, user=user, details={"run_id": str(run.run_id)})
+    except CriogenError as exc:
+        return _refused(exc, thread, "")
+    return Outcome(True, f"Retrying: run {str(getattr(run, 'run_id', ''))[:8]} continues it.")
+
+
+def rewind(*, thread: Thread, checkpoint_id: str, user: Any) -> Outcome:
+    """Fork the thread at ``checkpoint_id`` (a new head; history keeps everything)."""
+    try:
+        cp = rewind_thread(thread_id=thread.pk, checkpoint_id=checkpoint_id, by=actor(user))
+    except CriogenError as exc:
+        return _refused(exc, thread, "")
+    record(
+        "ui.rewind",
+        thread=thread,
+        user=user,
+        details={"checkpoint_id": checkpoint_id, "new_head": getattr(cp, "id", None)},
+    )
+    version = getattr(cp, "version", "?")
+    return Outcome(True, f"Rewound: the new head v{version} is a copy of the chosen checkpoint.")

@@ -1,0 +1,204 @@
+"""Template helpers of the dashboard: highlighted JSON, durations, the inbox count.
+
+Every helper escapes what it prints: state values, tool arguments and reasons come from
+models and users, and may hold HTML.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import template
+from django.utils import timezone
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+
+register = template.Library()
+
+_MAX_CHARS = 20_000
+"""Longer JSON is cut (with a note) so one huge state value cannot stall the page."""
+
+
+def _render(value: Any, indent: int, out: list[str]) -> None:
+    pad = "  " * indent
+    if isinstance(value, dict):
+        if not value:
+            out.append('<span class="j-p">{}</span>')
+            return
+        out.append('<span class="j-p">{</span>\n')
+        for i, (key, item) in enumerate(value.items()):
+            out.append(
+                f'{pad}  <span class="j-k">{escape(json.dumps(str(key), ensure_ascii=False))}</span>: '
+            )
+            _render(item, indent + 1, out)
+            out.append(",\n" if i < len(value) - 1 else "\n")
+        out.append(f'{pad}<span class="j-p">}}</span>')
+    elif isinstance(value, list):
+        if not value:
+            out.append('<span class="j-p">[]</span>')
+            return
+        out.append('<span class="j-p">[</span>\n')
+        for i, item in enumerate(value):
+            out.append(f"{pad}  ")
+            _render(item, indent + 1, out)
+            out.append(",\n" if i < len(value) - 1 else "\n")
+        out.append(f'{pad}<span class="j-p">]</span>')
+    elif isinstance(value, str):
+        out.append(f'<span class="j-s">{escape(json.dumps(value, ensure_ascii=False))}</span>')
+    elif isinstance(value, bool) or value is None:
+        out.append(f'<span class="j-b">{escape(json.dumps(value))}</span>')
+    elif isinstance(value, int | float):
+        out.append(f'<span class="j-n">{escape(json.dumps(value))}</span>')
+    else:  # not JSON: show its repr, escaped
+        out.append(f'<span class="j-s">{escape(repr(value))}</span>')
+
+
+@register.filter
+def json_html(value: Any) -> SafeString:
+    """``value`` as indented JSON with ``<span class="j-k|j-s|j-n|j-b|j-p">`` highlighting.
+
+    Every key and string is escaped, so ``<script>`` in a value shows as text.
+    """
+    out: list[str] = []
+    _render(value, 0, out)
+    html = "".join(out)
+    if len(html) > _MAX_CHARS * 4:
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=repr)
+        return format_html(
+            "{}<span class='j-cut'>… ({} characters, cut)</span>", text[:_MAX_CHARS], len(text)
+        )
+    return mark_safe(html)  # noqa: S308 - every piece above is escaped
+
+
+@register.filter
+def json_text(value: Any) -> str:
+    """``value`` as indented JSON text (for editable text areas; the template escapes it)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=repr)
+
+
+@register.filter
+def short(value: Any, n: int = 8) -> str:
+    """The first ``n`` characters of an id."""
+    text = "" if value is None else str(value)
+    return text[: int(n)]
+
+
+@register.filter
+def age(value: datetime | timedelta | None) -> str:
+    """A compact duration: ``45s``, ``12m``, ``3h 05m``, ``2d 4h`` (since a time, or a span)."""
+    if value is None:
+        return ""
+    span = timezone.now() - value if isinstance(value, datetime) else value
+    seconds = max(0, int(span.total_seconds()))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h"
+
+
+@register.simple_tag(takes_context=True)
+def inbox_count(context: template.Context) -> int:
+    """How many suspended threads the signed-in user may see (one COUNT query)."""
+    from dashboard.data import inbox_count as count
+
+    if "inbox_total" in context:
+        return int(context["inbox_total"])
+    user = context.get("user")
+    return count(user) if user is not None else 0
+
+
+@register.filter
+def assistant(thread: Any) -> str:
+    """The assistant (graph id) a thread runs, from its metadata ('' when unknown)."""
+    from dashboard.data import assistant_of
+
+    return assistant_of(thread)
+
+
+@register.filter
+def words(value: Any) -> str:
+    """``in_progress`` -> ``in progress`` (status names as words)."""
+    return str(value or "").replace("_", " ")
+
+
+@register.filter
+def run_actor(run: Any) -> str:
+    """Who asked for a run: the operator who resumed or retried it ('' if not recorded).
+
+    Reads only the run's own row (no owner join), so a list of runs costs one query.
+    """
+    meta = run.metadata if isinstance(getattr(run, "metadata", None), dict) else {}
+    return str(meta.get("resumed_by") or meta.get("retried_by") or "")
+
+
+@register.filter
+def run_kind(run: Any) -> str:
+    """What a run does: ``resume``, ``retry``, ``fork`` or ``new turn``."""
+    kwargs = run.kwargs if isinstance(getattr(run, "kwargs", None), dict) else {}
+    if run.command:
+        return "resume"
+    if kwargs.get("action") == "retry":
+        return "retry"
+    if run.checkpoint_id:
+        return "fork"
+    return "new turn"
+
+
+@register.simple_tag(takes_context=True)
+def timeline_rows(context: template.Context) -> SafeString:
+    """The ``<li>`` rows of a thread's timeline (``entries``, newest first).
+
+    Rendered here rather than with a template loop because a page holds 100 rows and the
+    template engine's per-tag cost dominated the page's time. Every value that is not a
+    number goes through ``escape``. Each row: version (loads the checkpoint panel with
+    htmx, or ``?at=`` without), source, status, time, run, and a Rewind link for
+    operators (not on the head).
+    """
+    from dashboard.data import thread_url
+
+    thread = context["thread"]
+    entries = context.get("entries") or []
+    if not entries:
+        return mark_safe('<li class="empty">No checkpoints yet.</li>')  # noqa: S308
+    base = escape(thread_url(thread.pk))
+    can_act = bool(context.get("can_act"))
+    selected = context.get("selected_id") or ""
+    head = thread.head_version
+    tz = timezone.get_current_timezone()
+    rows = []
+    for e in entries:
+        cid = escape(e.id)
+        status = escape(e.status)
+        source = escape(e.source) + (f" of v{int(e.forked_from)}" if e.forked_from else "")
+        stamp = e.created_at.astimezone(tz)
+        run = ""
+        if e.run_id:
+            rid = escape(e.run_id)
+            run = f'<span class="run" title="run {rid}">run {rid[:8]}</span>'
+        rewind = ""
+        if can_act and e.version != head:
+            url = f"{base}rewind/{cid}/"
+            rewind = (
+                f'<a class="rewind" href="{url}" hx-get="{url}" hx-target="#panel" '
+                'hx-swap="outerHTML">Rewind…</a>'
+            )
+        chosen = " selected" if e.id == selected else ""
+        rows.append(
+            f'<li class="cp cp-{status}{chosen}" data-version="{int(e.version)}" '
+            f'data-status="{status}" data-source="{escape(e.source)}" tabindex="-1">'
+            '<span class="dot" aria-hidden="true"></span>'
+            f'<a class="v" href="?at={cid}" hx-get="{base}checkpoints/{cid}/" '
+            f'hx-target="#panel" hx-swap="outerHTML" data-open>v{int(e.version)}</a> '
+            f'<span class="src">{source}</span> '
+            f'<span class="status s-{status}">{status.replace("_", " ")}</span> '
+            f'<time datetime="{stamp.isoformat()}">{stamp:%H:%M:%S}</time> {run} {rewind}</li>'
+        )
+    return mark_safe("\n".join(rows))  # noqa: S308 - every value above is escaped

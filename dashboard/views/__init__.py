@@ -1,0 +1,26 @@
+"""Dashboard pages: one function view per page (and one per action endpoint)."""
+
+from __future__ import annotations
+
+from dashboard.views.audit import audit
+from dashboard.views.inbox import inbox, inbox_bulk
+from dashboard.views.threads import (
+    checkpoint,
+    home,
+    rewind_confirm,
+    thread,
+    thread_act,
+    threads,
+)
+
+__all__ = [
+    "audit",
+    "checkpoint",
+    "home",
+    "inbox",
+    "inbox_bulk",
+    "rewind_confirm",
+    "thread",
+    "thread_act",
+    "threads",
+]

@@ -1,0 +1,319 @@
+"""Threads: the searchable list, and one thread's timeline, state, diff and actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from criogen import Storage
+from criogen.engine.errors import CheckpointNotFound
+from criogen.selectors import runs_for_thread
+from criogen.storage.models import Checkpoint as CheckpointRow
+from criogen.storage.models import Thread
+from dashboard import actions
+from dashboard.data import (
+    STATUSES,
+    TIMELINE_PAGE,
+    BadFilter,
+    InboxFilters,
+    InboxItem,
+    ThreadFilters,
+    User,
+    assistant_of,
+    body_of,
+    describe_interrupts,
+    get_thread_for_user,
+    state_diff,
+    status_counts,
+    threads_page,
+    timeline,
+    transcript,
+)
+from dashboard.forms import FormError, decisions_from, parse_json
+from dashboard.views.common import HtmxHttpRequest, base_context, render_parts, require_operator
+
+
+@require_GET
+def home(request: HtmxHttpRequest) -> HttpResponse:
+    """``/ui/``: the inbox is the landing page."""
+    return redirect("dashboard:inbox")
+
+
+@require_GET
+@login_required
+def threads(request: HtmxHttpRequest) -> HttpResponse:
+    """Every thread the user may see, newest update first, searchable, keyset-paginated."""
+    filters = ThreadFilters.from_query(request.GET)
+    after = request.GET.get("after", "")
+    context = base_context(request, "threads")
+    try:
+        rows, next_cursor = threads_page(request.user, filters, after=after)
+        error = None
+    except BadFilter as exc:
+        rows, next_cursor, error = [], "", exc
+    context.update(
+        {
+            "rows": rows,
+            "next_cursor": next_cursor,
+            "after": after,
+            "filters": filters,
+            "query": filters.as_query(),
+            "filter_error": error,
+            "counts": status_counts(request.user),
+            "statuses": STATUSES,
+        }
+    )
+    if request.htmx:
+        return render(request, "dashboard/threads.html#thread-rows", context)
+    return render(request, "dashboard/threads.html", context, status=422 if error else 200)
+
+
+# -- one thread ------------------------------------------------------------------------------
+
+
+def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, Any]:
+    """What the actions partial needs: the waiting suspension, retry, and the runs."""
+    head = CheckpointRow.objects.filter(pk=thread.head_id).first() if thread.head_id else None
+    body = body_of(head)
+    waiting = None
+    if thread.head_status == "suspended" and head is not None:
+        interrupts = list(body.get("interrupts") or [])
+        kind, reason, payload, calls = describe_interrupts(interrupts)
+        waiting = InboxItem(
+            thread=thread,
+            checkpoint_id=head.pk,
+            version=head.version,
+            waiting_since=head.created_at,
+            assistant=assistant_of(thread),
+            kind=kind,
+            reason=reason,
+            payload=payload,
+            calls=calls,
+            interrupts=interrupts,
+        )
+    interrupted = thread.head_status == "in_progress" and not thread.lease_alive
+    return {
+        "thread": thread,
+        "waiting": waiting,
+        "interrupted": interrupted,
+        "can_retry": thread.head_status == "failed" or interrupted,
+        "head_error": body.get("error"),
+        "can_act": can_act,
+        "user": user,
+    }
+
+
+def timeline_context(thread: Thread, *, before: int | None, selected_id: str) -> dict[str, Any]:
+    """What the timeline partial needs (one query for up to 200 checkpoints)."""
+    entries = timeline(thread, before=before)
+    older = (
+        entries[-1].version if len(entries) == TIMELINE_PAGE and entries[-1].version > 1 else None
+    )
+    return {
+        "entries": entries,
+        "older": older,
+        "before": before,
+        "selected_id": selected_id,
+        # The thread's runs (newest ten) from the Run table, through the selectors.
+        "runs": runs_for_thread(thread_id=thread.pk, limit=10),
+        "assistant": assistant_of(thread),
+    }
+
+
+def panel_context(thread: Thread, checkpoint_id: str) -> dict[str, Any]:
+    """The state at one checkpoint, its diff to its parent, and its transcript."""
+    if not checkpoint_id:
+        return {"selected": None}
+    storage = Storage.default()
+    try:
+        selected = storage.get_checkpoint(thread.pk, checkpoint_id)
+    except CheckpointNotFound:
+        raise Http404(f"Thread {thread.pk!r} has no checkpoint {checkpoint_id!r}.") from None
+    parent = None
+    if selected.parent_id:
+        try:
+            parent = storage.get_checkpoint(thread.pk, selected.parent_id)
+        except CheckpointNotFound:
+            parent = None
+    return {
+        "selected": selected,
+        "selected_id": selected.id,
+        "parent": parent,
+        "diff": state_diff(parent.state if parent else None, selected.state),
+        "messages_list": transcript(selected.state),
+    }
+
+
+def _before(request: HtmxHttpRequest) -> int | None:
+    raw = request.GET.get("before", "")
+    return int(raw) if raw.isdigit() else None
+
+
+@require_GET
+@login_required
+def thread(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
+    """A thread's timeline (newest first), the selected checkpoint, and the actions."""
+    t = get_thread_for_user(request.user, thread_id)
+    at = request.GET.get("at", "") or t.head_id
+    context = base_context(request, "threads")
+    context.update(actions_context(request.user, t, can_act=context["can_act"]))
+    context.update(timeline_context(t, before=_before(request), selected_id=at))
+    context.update(panel_context(t, at))
+    return render(request, "dashboard/thread.html", context)
+
+
+@require_GET
+@login_required
+def checkpoint(request: HtmxHttpRequest, thread_id: str, checkpoint_id: str) -> HttpResponse:
+    """One checkpoint's state, diff and transcript: the panel (htmx) or the whole page."""
+    t = get_thread_for_user(request.user, thread_id)
+    if not request.htmx:
+        return redirect(f"{request.path.split('/checkpoints/')[0]}/?at={checkpoint_id}")
+    context = base_context(request, "threads")
+    context["thread"] = t
+    context.update(panel_context(t, checkpoint_id))
+    return render(request, "dashboard/thread.html#panel", context)
+
+
+@require_GET
+@login_required
+def rewind_confirm(request: HtmxHttpRequest, thread_id: str, checkpoint_id: str) -> HttpResponse:
+    """Ask before rewinding: what a fork does, and a button to do it."""
+    require_operator(request)
+    t = get_thread_for_user(request.user, thread_id)
+    target = CheckpointRow.objects.filter(thread_id=t.pk, pk=checkpoint_id).first()
+    if target is None:
+        raise Http404(f"Thread {t.pk!r} has no checkpoint {checkpoint_id!r}.")
+    context = base_context(request, "threads")
+    context.update({"thread": t, "rewind_target": target})
+    if request.htmx:
+        return render(request, "dashboard/thread.html#panel", context)
+    context.update(actions_context(request.user, t, can_act=context["can_act"]))
+    context.update(timeline_context(t, before=None, selected_id=checkpoint_id))
+    return render(request, "dashboard/thread.html", context)
+
+
+ACTIONS = ("approve", "reject", "edit", "decide", "resume", "retry", "rewind")
+
+
+@require_POST
+@login_required
+def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
+    """Apply one operator action, named by the submit button pressed.
+
+    ``approve`` / ``reject`` (with ``reason``) / ``edit`` (``args-0``) / ``decide``
+    (per call) answer an agent's approval request; ``resume`` answers a workflow with the
+    JSON ``value``; ``retry`` continues a failed or interrupted run; ``rewind`` forks at
+    ``checkpoint``. ``expected`` is the suspension the operator saw: if the thread moved
+    on, nothing changes and the page says who decided and when.
+
+    With htmx the actions partial comes back (or the inbox list, when ``from=inbox``);
+    without it, a redirect to the thread with the outcome as a message.
+    """
+    require_operator(request)
+    t = get_thread_for_user(request.user, thread_id)
+    button = next((name for name in ACTIONS if name in request.POST), "")
+    expected = request.POST.get("expected", "")
+    form_error: FormError | None = None
+    outcome: actions.Outcome | None = None
+    try:
+        outcome = _apply(request, t, button, expected)
+    except FormError as exc:
+        form_error = exc
+    status = 422 if form_error else 200
+    t.refresh_from_db()
+    if not request.htmx:
+        if form_error:
+            messages.error(request, form_error.message)
+        elif outcome is not None:
+            level = messages.SUCCESS if outcome.ok else messages.WARNING
+            messages.add_message(request, level, outcome.message)
+        if request.POST.get("from") == "inbox":
+            return redirect("dashboard:inbox")
+        return redirect("dashboard:thread", thread_id=t.pk)
+    can_act = True
+    if request.POST.get("from") == "inbox":
+        from dashboard.views.inbox import inbox_context
+
+        # Re-render the list with the filters of the page the operator is on.
+        current = request.htmx.current_url_abs_path or ""
+        filters = InboxFilters.from_query(QueryDict(current.partition("?")[2]))
+        context = inbox_context(request.user, filters, can_act=can_act)
+        context["outcome"] = outcome or actions.Outcome(
+            False, form_error.message if form_error else "", "error"
+        )
+        response = render_parts(
+            request,
+            [
+                ("dashboard/inbox.html#inbox-list", context),
+                ("dashboard/inbox.html#flash", context),
+                ("base.html#nav-count", context),
+            ],
+        )
+        response.status_code = status
+        return response
+    context = actions_context(request.user, t, can_act=can_act)
+    if form_error and context["waiting"] is not None:
+        # Give back what the operator typed, so fixing one field does not lose the rest.
+        for call in context["waiting"].calls:
+            call.typed = request.POST.get(f"args-{call.index}", "")
+    context.update(timeline_context(t, before=None, selected_id=t.head_id))
+    context.update(
+        {
+            "outcome": outcome,
+            "form_error": form_error,
+            "edit_open": _edit_index(form_error),
+            "resume_value": request.POST.get("value") if form_error else None,
+        }
+    )
+    response = render_parts(
+        request,
+        [
+            ("dashboard/thread.html#actions", context),
+            ("dashboard/thread.html#timeline", context),
+            ("dashboard/thread.html#thread-header", context),
+        ],
+    )
+    response.status_code = status
+    return response
+
+
+def _edit_index(error: FormError | None) -> int | None:
+    if error and error.field.startswith("args-") and error.field[5:].isdigit():
+        return int(error.field[5:])
+    return None
+
+
+def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> actions.Outcome:
+    user = request.user
+    if button == "retry":
+        return actions.retry(thread=t, user=user)
+    if button == "rewind":
+        target = request.POST.get("checkpoint", "")
+        if not target:
+            raise FormError("checkpoint", "Choose the checkpoint to rewind to.")
+        return actions.rewind(thread=t, checkpoint_id=target, user=user)
+    if button == "resume":
+        value = parse_json(request.POST.get("value", ""), "value")
+        return actions.resume(thread=t, expected=expected, value=value, user=user)
+    if button in ("approve", "reject", "edit", "decide"):
+        row = (
+            CheckpointRow.objects.filter(thread_id=t.pk, pk=expected).first() if expected else None
+        )
+        if row is None:
+            raise FormError("expected", "Which suspension are you deciding? Reload the page.")
+        interrupts = list(body_of(row).get("interrupts") or [])
+        kind, _, _, calls = describe_interrupts(interrupts)
+        if kind != "approval":
+            raise FormError("decision", "This thread waits for a value: use Resume.")
+        if t.head_id != expected:
+            # Decided already: say so before validating a form that no longer matters.
+            return actions.decide(thread=t, expected=expected, decisions=[], user=user)
+        decisions = decisions_from(request.POST, calls, button)
+        return actions.decide(thread=t, expected=expected, decisions=decisions, user=user)
+    raise FormError("action", "Unknown action: press one of the buttons on the page.")

@@ -1,0 +1,128 @@
+"""Auth and isolation: API tokens as ``Authorization: Bearer`` or ``x-api-key``;
+another user's threads and runs are a 404, never a hint that they exist; operators see
+everything; ``CRIOGEN_AUTH_ENABLED=False`` turns auth off for local development."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from typing import Any
+
+import httpx
+import pytest
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import AuthenticationError, NotFoundError
+
+from tests.api.conftest import Server
+
+
+def test_a_request_without_a_token_is_a_401(server: Server) -> None:
+    response = httpx.post(server.url + "/threads", json={})
+    assert response.status_code == 401
+    assert response.json()["code"] == "unauthorized"
+    assert response.headers["WWW-Authenticate"] == "Bearer"
+
+
+def test_a_wrong_token_is_a_401(server: Server) -> None:
+    for headers in ({"x-api-key": "crg_nope"}, {"Authorization": "Bearer crg_nope"}):
+        assert httpx.get(server.url + "/threads/x", headers=headers).status_code == 401
+
+
+def test_a_bearer_token_and_an_api_key_both_work(server: Server) -> None:
+    token = server.tokens["alice"]
+    bearer = httpx.post(
+        server.url + "/threads", json={}, headers={"Authorization": f"Bearer {token}"}
+    )
+    key = httpx.post(server.url + "/threads", json={}, headers={"x-api-key": token})
+    assert bearer.status_code == key.status_code == 200
+
+
+async def test_the_sdk_without_a_key_gets_an_authentication_error(server: Server) -> None:
+    async with get_client(url=server.url, api_key=None) as anonymous:
+        with pytest.raises(AuthenticationError):
+            await anonymous.threads.search()
+
+
+def test_health_and_info_need_no_token(server: Server) -> None:
+    assert httpx.get(server.url + "/ok").json() == {"ok": True}
+    info = httpx.get(server.url + "/info").json()
+    assert info["metadata"]["server"] == "criogen"
+
+
+def test_tokens_are_stored_hashed(server: Server) -> None:
+    path = server.database_url.removeprefix("sqlite://")
+    with sqlite3.connect(path) as db:
+        stored = {row[0] for row in db.execute("SELECT token_hash FROM api_apitoken")}
+    token = server.tokens["alice"]
+    assert token not in stored
+    assert hashlib.sha256(token.encode()).hexdigest() in stored
+
+
+async def test_another_users_thread_is_a_404_everywhere(clients: Any) -> None:
+    alice, bob = clients("alice"), clients("bob")
+    thread = await alice.threads.create(graph_id="steps", metadata={"secret": "yes"})
+    tid = thread["thread_id"]
+    run = await alice.runs.create(tid, "steps", input={"n": 0})
+    await alice.runs.join(tid, run["run_id"])
+    attempts = [
+        bob.threads.get(tid),
+        bob.threads.update(tid, metadata={"x": 1}),
+        bob.threads.delete(tid),
+        bob.threads.copy(tid),
+        bob.threads.get_state(tid),
+        bob.threads.get_history(tid),
+        bob.threads.update_state(tid, {"n": 1}, as_node="a"),
+        bob.runs.create(tid, "steps", input={}),
+        bob.runs.get(tid, run["run_id"]),
+        bob.runs.list(tid),
+        bob.runs.cancel(tid, run["run_id"]),
+        bob.runs.delete(tid, run["run_id"]),
+    ]
+    for attempt in attempts:
+        with pytest.raises(NotFoundError) as caught:
+            await attempt
+        assert caught.value.body["code"] == "thread_not_found"
+    with pytest.raises(NotFoundError):
+        await bob.runs.join_stream(tid, run["run_id"]).__anext__()
+    assert await bob.threads.search(metadata={"secret": "yes"}, ids=[tid]) == []
+    assert await bob.threads.count(metadata={"secret": "yes"}) == 0
+    pruned = await bob.threads.prune([tid])
+    assert pruned["pruned_count"] == 0
+    assert (await alice.threads.get(tid))["values"] == {"steps": ["a", "b", "c"], "n": 3}
+
+
+async def test_an_operator_sees_every_thread(clients: Any) -> None:
+    thread = await clients("alice").threads.create(metadata={"who": "alice"})
+    olga = clients("olga")
+    seen = await olga.threads.get(thread["thread_id"])
+    assert seen["metadata"]["owner"] == "alice"
+    assert thread["thread_id"] in [
+        t["thread_id"] for t in await olga.threads.search(ids=[thread["thread_id"]])
+    ]
+
+
+async def test_a_taken_thread_id_of_another_user_is_still_a_conflict(clients: Any) -> None:
+    thread = await clients("alice").threads.create()
+    with pytest.raises(Exception) as caught:
+        await clients("bob").threads.create(thread_id=thread["thread_id"], if_exists="do_nothing")
+    assert caught.value.status_code == 409  # type: ignore[attr-defined]
+
+
+def test_auth_can_be_turned_off_for_local_development(open_server: Server) -> None:
+    with httpx.Client(base_url=open_server.url) as http:
+        created = http.post("/threads", json={"metadata": {"dev": True}})
+        assert created.status_code == 200
+        assert "owner" not in created.json()["metadata"]
+        found = http.post("/threads/search", json={"metadata": {"dev": True}})
+    assert [t["thread_id"] for t in found.json()] == [created.json()["thread_id"]]
+
+
+def test_criogen_token_issues_a_working_token_for_known_users_only(server: Server) -> None:
+    from tests.api.conftest import _manage
+
+    token = _manage(server.env, "criogen_token", "bob", "--name", "cli").strip()
+    assert token.startswith("crg_")
+    response = httpx.post(server.url + "/threads/search", json={}, headers={"x-api-key": token})
+    assert response.status_code == 200
+    with pytest.raises(RuntimeError, match="no user named"):
+        _manage(server.env, "criogen_token", "nobody")

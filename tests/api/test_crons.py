@@ -1,0 +1,141 @@
+"""Crons over ``langgraph_sdk``: 5-field schedules with a time zone, on a thread or
+stateless; ``durability`` / ``checkpoint_during`` apply to every run they fire (the
+threads page); update, delete, search, count; each user's crons are private."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from langgraph_sdk.errors import NotFoundError, UnprocessableEntityError
+
+from tests.api.conftest import Server
+
+
+def _make_due(server: Server, cron_id: str) -> None:
+    """Move a cron's next run into the past, so the server's timer fires it now."""
+    path = server.database_url.removeprefix("sqlite://")
+    past = (datetime.now(UTC) - timedelta(seconds=5)).strftime("%Y-%m-%d %H:%M:%S")
+    with sqlite3.connect(path, timeout=30) as db:
+        db.execute(
+            "UPDATE api_cron SET next_run_date = ? WHERE cron_id = ?",
+            (past, uuid.UUID(cron_id).hex),
+        )
+
+
+async def test_a_thread_cron_has_a_schedule_time_zone_and_next_run(client: Any) -> None:
+    thread = await client.threads.create()
+    cron = await client.crons.create_for_thread(
+        thread["thread_id"],
+        "steps",
+        schedule="*/5 * * * *",
+        input={"n": 0},
+        timezone="Europe/Paris",
+    )
+    assert cron["thread_id"] == thread["thread_id"]
+    assert cron["schedule"] == "*/5 * * * *"
+    assert cron["timezone"] == "Europe/Paris"
+    assert cron["enabled"] is True
+    nxt = datetime.fromisoformat(cron["next_run_date"])
+    assert datetime.now(UTC) < nxt <= datetime.now(UTC) + timedelta(minutes=5)
+    assert nxt.minute % 5 == 0
+    assert cron["payload"]["input"] == {"n": 0}
+
+
+async def test_a_due_cron_fires_a_run_with_its_durability(server: Server, client: Any) -> None:
+    thread = await client.threads.create()
+    tid = thread["thread_id"]
+    cron = await client.crons.create_for_thread(
+        tid, "steps", schedule="0 3 * * *", input={"n": 0}, durability="exit"
+    )
+    _make_due(server, cron["cron_id"])
+    for _ in range(100):
+        runs = await client.runs.list(tid)
+        if runs:
+            break
+        await asyncio.sleep(0.1)
+    (run,) = runs
+    assert run["kwargs"]["durability"] == "exit"
+    assert run["metadata"]["cron_id"] == cron["cron_id"]
+    assert await client.runs.join(tid, run["run_id"]) == {"steps": ["a", "b", "c"], "n": 3}
+    assert len(await client.threads.get_history(tid)) == 1  # exit: one checkpoint
+    (after,) = await client.crons.search(thread_id=tid)
+    assert datetime.fromisoformat(after["next_run_date"]) > datetime.now(UTC)
+
+
+def test_checkpoint_during_applies_and_durability_wins(sync_client: Any) -> None:
+    tid = sync_client.threads.create()["thread_id"]
+    with pytest.warns(DeprecationWarning):
+        one = sync_client.crons.create_for_thread(
+            tid, "steps", schedule="* * * * *", checkpoint_during=False
+        )
+    assert one["payload"]["durability"] == "exit"
+    with pytest.warns(DeprecationWarning):
+        two = sync_client.crons.create_for_thread(
+            tid, "steps", schedule="* * * * *", checkpoint_during=False, durability="sync"
+        )
+    assert two["payload"]["durability"] == "sync"
+    updated = sync_client.crons.update(one["cron_id"], durability="async")
+    assert updated["payload"]["durability"] == "async"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"schedule": "every minute"}, "schedule"),
+        ({"schedule": "* * * * * *"}, "schedule"),
+        ({"schedule": "61 * * * *"}, "schedule"),
+        ({"schedule": "* * * * *", "timezone": "Mars/Olympus"}, "timezone"),
+        ({"schedule": "* * * * *", "durability": "later"}, "durability"),
+        ({"schedule": "* * * * *", "checkpoint_during": "maybe"}, "checkpoint_during"),
+        ({"schedule": "* * * * *", "interrupt_before": ["b"]}, "interrupt_before"),
+    ],
+)
+def test_it_refuses_a_bad_cron_with_422(server: Server, body: dict[str, Any], field: str) -> None:
+    with server.http() as http:
+        response = http.post("/runs/crons", json={"assistant_id": "steps", **body})
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field
+
+
+async def test_a_stateless_cron_is_updated_searched_counted_and_deleted(client: Any) -> None:
+    mark = uuid.uuid4().hex
+    cron = await client.crons.create(
+        "steps", schedule="0 9 * * 1", metadata={"mark": mark}, on_run_completed="keep"
+    )
+    assert cron["thread_id"] is None
+    assert cron["on_run_completed"] == "keep"
+    updated = await client.crons.update(cron["cron_id"], schedule="30 8 * * *", enabled=False)
+    assert updated["schedule"] == "30 8 * * *"
+    assert updated["enabled"] is False
+    found = await client.crons.search(enabled=False)
+    assert cron["cron_id"] in [c["cron_id"] for c in found]
+    assert await client.crons.count(assistant_id="steps") >= 1
+    await client.crons.delete(cron["cron_id"])
+    assert cron["cron_id"] not in [c["cron_id"] for c in await client.crons.search(limit=100)]
+
+
+async def test_another_users_cron_is_a_404(clients: Any, server: Server) -> None:
+    cron = await clients("alice").crons.create("steps", schedule="0 0 * * *")
+    bob = clients("bob")
+    with pytest.raises(NotFoundError):
+        await bob.crons.delete(cron["cron_id"])
+    with httpx.Client(base_url=server.url, headers={"x-api-key": server.tokens["bob"]}) as http:
+        response = http.patch(f"/runs/crons/{cron['cron_id']}", json={"enabled": False})
+    assert response.status_code == 404
+    assert cron["cron_id"] not in [c["cron_id"] for c in await bob.crons.search(limit=100)]
+    alices_thread = await clients("alice").threads.create()
+    with pytest.raises(NotFoundError):
+        await bob.crons.create_for_thread(alices_thread["thread_id"], "steps", schedule="* * * * *")
+
+
+async def test_an_unknown_assistant_for_a_cron_is_a_404(client: Any) -> None:
+    with pytest.raises(NotFoundError):
+        await client.crons.create("nope", schedule="* * * * *")
+    with pytest.raises(UnprocessableEntityError):
+        await client.crons.create("steps", schedule="")

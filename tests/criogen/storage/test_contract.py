@@ -1,0 +1,503 @@
+"""The storage contract: one suite, run against every backend (memory, SQLite, PostgreSQL).
+
+Each test talks to the ``Storage`` protocol directly, writing checkpoints the way the
+engine does (a version one above the head, a delta of the keys that changed), so a new
+backend passes this file or is not a backend.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from criogen import START, Storage, Workflow
+from criogen.engine.checkpoints import (
+    Checkpoint,
+    CheckpointId,
+    CheckpointWrite,
+    RunId,
+    ThreadId,
+    new_id,
+    utcnow,
+)
+from criogen.engine.errors import CheckpointNotFound, LeaseLost, StorageError
+from criogen.engine.state import Change, Delta
+
+LEASE = 30.0
+
+
+@dataclass
+class Line:
+    """Builds a thread's checkpoints as :class:`ActiveRun` does: versions, value versions."""
+
+    thread_id: str
+    run_id: str = field(default_factory=new_id)
+    version: int = 0
+    values: dict[str, int] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    last_id: str | None = None
+
+    def next(
+        self,
+        delta: Delta,
+        *,
+        source: str = "step",
+        status: str = "in_progress",
+        fork_of: Checkpoint | None = None,
+        after: int | None = None,
+        version: int | None = None,
+    ) -> CheckpointWrite:
+        """The next write of this line; call :meth:`commit` once storage accepted it."""
+        number = self.version + 1 if version is None else version
+        prev: dict[str, int] = {}
+        if fork_of is not None:
+            values = dict(fork_of.value_versions)
+            state = dict(fork_of.state)
+        else:
+            values = dict(self.values)
+            state = dict(self.state)
+            for key, change in delta.items():
+                if change.op == "append" and key in values:
+                    prev[key] = values[key]
+                    state[key] = [*state.get(key, []), *change.value]
+                elif change.op == "append":
+                    state[key] = list(change.value)
+                else:
+                    state[key] = change.value
+                values[key] = number
+        checkpoint = Checkpoint(
+            id=CheckpointId(new_id()),
+            thread_id=ThreadId(self.thread_id),
+            run_id=RunId(self.run_id),
+            version=number,
+            source=source,  # type: ignore[arg-type]
+            status=status,  # type: ignore[arg-type]
+            state=state,
+            next=("b",) if status == "in_progress" else (),
+            metadata={"step": number},
+            parent_id=CheckpointId(self.last_id) if self.last_id else None,
+            created_at=utcnow(),
+            value_versions=values,
+        )
+        return CheckpointWrite(checkpoint, delta, self.version if after is None else after, prev)
+
+    def commit(self, write: CheckpointWrite) -> Checkpoint:
+        cp = write.checkpoint
+        self.version, self.values, self.state, self.last_id = (
+            cp.version,
+            dict(cp.value_versions),
+            dict(cp.state),
+            cp.id,
+        )
+        return cp
+
+    def write(self, storage: Storage, delta: Delta, **kwargs: Any) -> Checkpoint:
+        """Write the next checkpoint under this line's lease and return it."""
+        w = self.next(delta, **kwargs)
+        storage.write([w], lease_id=self.run_id)
+        return self.commit(w)
+
+
+def sets(**values: Any) -> Delta:
+    return {key: Change("set", value) for key, value in values.items()}
+
+
+def appends(**values: list[Any]) -> Delta:
+    return {key: Change("append", value) for key, value in values.items()}
+
+
+@pytest.fixture
+def line(storage: Storage, thread_id: str) -> Line:
+    """A thread whose lease this test's run holds."""
+    line = Line(thread_id)
+    assert storage.acquire(thread_id, line.run_id, seconds=LEASE)
+    return line
+
+
+# -- leases ---------------------------------------------------------------------------
+
+
+def test_it_creates_the_thread_when_a_lease_is_first_taken(
+    storage: Storage, thread_id: str
+) -> None:
+    assert storage.thread_info(thread_id) is None
+
+    assert storage.acquire(thread_id, "run-1", seconds=LEASE)
+
+    info = storage.thread_info(thread_id)
+    assert info is not None
+    assert (info.thread_id, info.head_version, info.head_status, info.lease_id) == (
+        thread_id,
+        0,
+        None,
+        "run-1",
+    )
+    assert storage.head(thread_id) is None
+    assert storage.history(thread_id) == []
+
+
+def test_it_refuses_a_second_lease_while_the_first_is_alive(
+    storage: Storage, thread_id: str
+) -> None:
+    assert storage.acquire(thread_id, "run-1", seconds=LEASE)
+
+    assert not storage.acquire(thread_id, "run-2", seconds=LEASE)
+    assert storage.acquire(thread_id, "run-1", seconds=LEASE)  # the holder may re-take it
+    assert storage.thread_info(thread_id).lease_id == "run-1"  # type: ignore[union-attr]
+
+
+def test_it_renews_only_the_holders_lease(storage: Storage, thread_id: str) -> None:
+    assert storage.acquire(thread_id, "run-1", seconds=0.3)
+
+    assert storage.renew(thread_id, "run-1", seconds=LEASE)
+    assert not storage.renew(thread_id, "run-2", seconds=LEASE)
+    assert not storage.renew("no-such-thread-" + thread_id, "run-1", seconds=LEASE)
+    time.sleep(0.4)  # past the first lease: the renewal kept it alive
+    assert not storage.acquire(thread_id, "run-2", seconds=LEASE)
+
+
+def test_it_releases_only_for_the_holder(storage: Storage, thread_id: str) -> None:
+    assert storage.acquire(thread_id, "run-1", seconds=LEASE)
+
+    storage.release(thread_id, "run-2")  # not the holder: nothing happens
+    assert not storage.acquire(thread_id, "run-2", seconds=LEASE)
+    storage.release(thread_id, "run-1")
+    assert storage.thread_info(thread_id).lease_id is None  # type: ignore[union-attr]
+    assert storage.acquire(thread_id, "run-2", seconds=LEASE)
+
+
+def test_it_lets_another_run_take_an_expired_lease(storage: Storage, thread_id: str) -> None:
+    assert storage.acquire(thread_id, "run-1", seconds=0.1)
+    time.sleep(0.25)
+
+    assert storage.thread_info(thread_id).lease_id is None  # type: ignore[union-attr]
+    assert storage.acquire(thread_id, "run-2", seconds=LEASE)
+    assert not storage.renew(thread_id, "run-1", seconds=LEASE)  # run-1 lost it
+    assert storage.thread_info(thread_id).lease_id == "run-2"  # type: ignore[union-attr]
+
+
+# -- writes ---------------------------------------------------------------------------
+
+
+def test_it_appends_checkpoints_and_moves_the_head(storage: Storage, line: Line) -> None:
+    first = line.write(storage, sets(order=42), source="input")
+    second = line.write(storage, sets(total=10), status="completed")
+
+    head = storage.head(line.thread_id)
+    assert head is not None
+    assert head.id == second.id
+    assert head.version == 2
+    assert head.parent_id == first.id
+    assert head.state == {"order": 42, "total": 10}
+    assert head.status == "completed"
+    assert head.source == "step"
+    assert head.run_id == line.run_id
+    assert head.metadata == {"step": 2}
+    assert head.created_at == second.created_at
+    info = storage.thread_info(line.thread_id)
+    assert (info.head_version, info.head_status) == (2, "completed")  # type: ignore[union-attr]
+
+
+def test_it_refuses_a_write_that_does_not_follow_the_head(storage: Storage, line: Line) -> None:
+    line.write(storage, sets(a=1))
+
+    racing = line.next(sets(a=2), after=0, version=1)  # a second v1
+    with pytest.raises(StorageError) as exc:
+        storage.write([racing], lease_id=line.run_id)
+    assert exc.value.code == "storage_error"
+    ahead = line.next(sets(a=3), after=5, version=6)
+    with pytest.raises(StorageError):
+        storage.write([ahead], lease_id=line.run_id)
+    head = storage.head(line.thread_id)
+    assert head is not None
+    assert (head.version, head.state) == (1, {"a": 1})
+
+
+def test_it_refuses_a_write_under_a_lease_the_run_does_not_hold(
+    storage: Storage, thread_id: str
+) -> None:
+    line = Line(thread_id)
+    assert storage.acquire(thread_id, "someone-else", seconds=LEASE)
+
+    with pytest.raises(LeaseLost) as exc:
+        storage.write([line.next(sets(a=1))], lease_id=line.run_id)
+
+    assert exc.value.code == "lease_lost"
+    assert exc.value.thread_id == thread_id
+    assert storage.head(thread_id) is None
+
+
+def test_a_refused_batch_changes_nothing(storage: Storage, line: Line) -> None:
+    line.write(storage, sets(a=1, steps=["x"]))
+    good = line.next(appends(steps=["y"]) | sets(a=2))
+    bad = CheckpointWrite(
+        line.next(sets(a=3), version=3).checkpoint, sets(a=3), after=7, prev_versions={}
+    )
+
+    with pytest.raises(StorageError):
+        storage.write([good, bad], lease_id=line.run_id)
+
+    head = storage.head(line.thread_id)
+    assert head is not None
+    assert (head.version, head.state) == (1, {"a": 1, "steps": ["x"]})
+    assert [cp.version for cp in storage.history(line.thread_id)] == [1]
+    # No value row of the refused batch was left behind: the same version writes cleanly.
+    line.write(storage, appends(steps=["z"]))
+    assert storage.head(line.thread_id).state == {"a": 1, "steps": ["x", "z"]}  # type: ignore[union-attr]
+
+
+def test_a_batch_over_two_threads_is_all_or_nothing(storage: Storage, thread_id: str) -> None:
+    one, two = Line(thread_id + "-1"), Line(thread_id + "-2")
+    for each in (one, two):  # held by some run; lease_id=None writes regardless
+        assert storage.acquire(each.thread_id, "holder", seconds=LEASE)
+    good = one.next(sets(a=1))
+    bad = two.next(sets(b=1), after=3, version=4)
+
+    with pytest.raises(StorageError):
+        storage.write([good, bad], lease_id=None)
+    assert storage.head(one.thread_id) is None
+
+    storage.write([good, two.next(sets(b=1))], lease_id=None)
+    assert storage.head(one.thread_id).state == {"a": 1}  # type: ignore[union-attr]
+    assert storage.head(two.thread_id).state == {"b": 1}  # type: ignore[union-attr]
+
+
+def test_it_writes_a_batch_of_one_thread_in_order(storage: Storage, line: Line) -> None:
+    first = line.next(sets(a=1), source="input")
+    line.commit(first)
+    second = line.next(appends(steps=["a"]))
+    line.commit(second)
+    third = line.next(appends(steps=["b"]), status="completed")
+    line.commit(third)
+
+    storage.write([first, second, third], lease_id=line.run_id)
+
+    assert [(cp.version, cp.state) for cp in storage.history(line.thread_id)] == [
+        (3, {"a": 1, "steps": ["a", "b"]}),
+        (2, {"a": 1, "steps": ["a"]}),
+        (1, {"a": 1}),
+    ]
+
+
+# -- reads ----------------------------------------------------------------------------
+
+
+def test_it_reads_any_checkpoint_by_id_with_its_state(storage: Storage, line: Line) -> None:
+    cps = [line.write(storage, sets(n=i)) for i in range(3)]
+
+    for cp in cps:
+        got = storage.get_checkpoint(line.thread_id, cp.id)
+        assert got == cp
+
+
+def test_it_raises_checkpoint_not_found_for_an_unknown_id(
+    storage: Storage, line: Line, thread_id: str
+) -> None:
+    cp = line.write(storage, sets(n=1))
+
+    with pytest.raises(CheckpointNotFound) as exc:
+        storage.get_checkpoint(thread_id, new_id())
+    assert exc.value.code == "checkpoint_not_found"
+    with pytest.raises(CheckpointNotFound):  # a real id, but of another thread
+        storage.get_checkpoint("other-" + thread_id, cp.id)
+
+
+def test_history_is_newest_first_and_pages_without_skipping_or_repeating(
+    storage: Storage, line: Line
+) -> None:
+    for i in range(7):
+        line.write(storage, sets(n=i))
+
+    assert [cp.version for cp in storage.history(line.thread_id)] == [7, 6, 5, 4, 3, 2, 1]
+    pages: list[list[int]] = []
+    before: int | None = None
+    while True:
+        page = storage.history(line.thread_id, limit=3, before=before)
+        if not page:
+            break
+        pages.append([cp.version for cp in page])
+        before = page[-1].version
+    assert pages == [[7, 6, 5], [4, 3, 2], [1]]
+    assert [cp.state["n"] for cp in storage.history(line.thread_id, limit=2)] == [6, 5]
+    assert [cp.version for cp in storage.history(line.thread_id, before=100)] == [
+        7,
+        6,
+        5,
+        4,
+        3,
+        2,
+        1,
+    ]
+    assert storage.history(line.thread_id, limit=0) == []
+    assert storage.history(line.thread_id, before=1) == []
+    assert storage.history("no-such-" + line.thread_id) == []
+
+
+def test_it_keeps_an_append_key_as_a_chain_of_appended_items(storage: Storage, line: Line) -> None:
+    v1 = line.write(storage, sets(steps=["a"], n=0))
+    v2 = line.write(storage, appends(steps=["b"]))
+    v3 = line.write(storage, sets(n=1))
+    v4 = line.write(storage, appends(steps=["c", {"d": [1, 2]}]) | sets(n=2))
+    v5 = line.write(storage, sets(steps=["reset"]))
+    v6 = line.write(storage, appends(steps=["e"]))
+
+    states = [
+        storage.get_checkpoint(line.thread_id, cp.id).state for cp in (v1, v2, v3, v4, v5, v6)
+    ]
+    assert states == [
+        {"steps": ["a"], "n": 0},
+        {"steps": ["a", "b"], "n": 0},
+        {"steps": ["a", "b"], "n": 1},
+        {"steps": ["a", "b", "c", {"d": [1, 2]}], "n": 2},
+        {"steps": ["reset"], "n": 2},
+        {"steps": ["reset", "e"], "n": 2},
+    ]
+    # The unchanged key points at the write that holds it; it is not copied.
+    assert v3.value_versions == {"steps": 2, "n": 3}
+
+
+def test_an_append_chain_may_start_without_a_whole_value(storage: Storage, line: Line) -> None:
+    line.write(storage, appends(log=["one"]))
+    line.write(storage, appends(log=["two"]))
+
+    assert storage.head(line.thread_id).state == {"log": ["one", "two"]}  # type: ignore[union-attr]
+
+
+def test_a_fork_copies_the_value_versions_of_the_checkpoint_it_forks(
+    storage: Storage, line: Line
+) -> None:
+    line.write(storage, sets(steps=["a"], n=0))
+    v2 = line.write(storage, appends(steps=["b"]) | sets(n=1))
+    v3 = line.write(storage, appends(steps=["c"]) | sets(n=2))
+
+    fork = line.write(storage, {}, source="fork", fork_of=v2)
+    after_fork = line.write(storage, appends(steps=["x"]))
+
+    assert fork.value_versions == v2.value_versions
+    assert storage.get_checkpoint(line.thread_id, fork.id).state == {"steps": ["a", "b"], "n": 1}
+    assert storage.head(line.thread_id).state == {"steps": ["a", "b", "x"], "n": 1}  # type: ignore[union-attr]
+    assert after_fork.version == 5
+    # The old line is untouched by the fork's appends.
+    assert storage.get_checkpoint(line.thread_id, v3.id).state == {"steps": ["a", "b", "c"], "n": 2}
+
+
+def test_it_round_trips_the_checkpoint_fields(storage: Storage, line: Line) -> None:
+    w = line.next(sets(order={"id": 42, "lines": [1.5, None, True, "é"]}), status="suspended")
+    cp = w.checkpoint
+    full = Checkpoint(
+        id=cp.id,
+        thread_id=cp.thread_id,
+        run_id=cp.run_id,
+        version=cp.version,
+        source="suspend",
+        status="suspended",
+        state=cp.state,
+        next=("ask", "check"),
+        interrupts=({"id": new_id(), "node": "ask", "reason": "approve?", "payload": [1]},),
+        tasks={"done": {"check": {"ok": True}}, "resumes": {}},
+        error=None,
+        parent_id=None,
+        created_at=cp.created_at,
+        metadata={"step": 1, "actor": "alice"},
+        value_versions=cp.value_versions,
+    )
+    storage.write([CheckpointWrite(full, w.delta, 0, {})], lease_id=line.run_id)
+
+    assert storage.head(line.thread_id) == full
+    assert storage.history(line.thread_id) == [full]
+
+
+# -- threads --------------------------------------------------------------------------
+
+
+def test_it_deletes_a_thread_with_all_its_checkpoints(storage: Storage, line: Line) -> None:
+    cp = line.write(storage, sets(a=1))
+    line.write(storage, appends(steps=["x"]))
+
+    assert storage.delete_thread(line.thread_id) is True
+
+    assert storage.head(line.thread_id) is None
+    assert storage.history(line.thread_id) == []
+    assert storage.thread_info(line.thread_id) is None
+    with pytest.raises(CheckpointNotFound):
+        storage.get_checkpoint(line.thread_id, cp.id)
+    assert storage.delete_thread(line.thread_id) is False
+    # The id is free again: a new line starts at version 1.
+    again = Line(line.thread_id)
+    assert storage.acquire(line.thread_id, again.run_id, seconds=LEASE)
+    assert again.write(storage, sets(b=2)).version == 1
+    assert storage.head(line.thread_id).state == {"b": 2}  # type: ignore[union-attr]
+
+
+def test_it_lists_thread_ids_most_recently_updated_first(storage: Storage, thread_id: str) -> None:
+    lines = [Line(f"{thread_id}-{i}") for i in range(3)]
+    for one in lines:
+        storage.acquire(one.thread_id, one.run_id, seconds=LEASE)
+        one.write(storage, sets(a=1))
+        time.sleep(0.002)
+    lines[0].write(storage, sets(a=2))  # the oldest becomes the newest
+
+    ids = storage.thread_ids(limit=3)
+    assert ids == [lines[0].thread_id, lines[2].thread_id, lines[1].thread_id]
+    assert storage.thread_ids(limit=2, offset=1) == [lines[2].thread_id, lines[1].thread_id]
+
+
+# -- listeners ------------------------------------------------------------------------
+
+
+def _steps_workflow() -> Workflow:
+    wf = Workflow(reducers={"steps": "append"})
+    wf.add_node("a", lambda s: {"steps": ["a"]})
+    wf.add_node("b", lambda s: {"steps": ["b"]})
+    wf.add_edge(START, "a")
+    wf.add_edge("a", "b")
+    return wf
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_listeners_see_each_batch_after_it_is_committed(
+    storage: Storage, thread_id: str, durability: str
+) -> None:
+    seen: list[tuple[int, str, bool, Any]] = []
+    lock = threading.Lock()
+
+    def listener(writes: Any) -> None:
+        for w in writes:
+            # Reading it back proves the commit happened before the call.
+            stored = storage.get_checkpoint(w.checkpoint.thread_id, w.checkpoint.id)
+            with lock:
+                seen.append(
+                    (w.checkpoint.version, w.checkpoint.source, stored == w.checkpoint, w.updates)
+                )
+
+    def broken(writes: Any) -> None:
+        raise RuntimeError("a listener bug must not break the run")
+
+    storage.add_listener(broken)
+    storage.add_listener(listener)
+    storage.add_listener(listener)  # added once only
+    try:
+        result = (
+            _steps_workflow()
+            .compile(storage=storage, durability=durability)
+            .thread(thread_id)
+            .run({"steps": ["in"]})
+        )
+    finally:
+        storage.remove_listener(listener)
+        storage.remove_listener(broken)
+        storage.close()
+
+    assert result.state == {"steps": ["in", "a", "b"]}
+    if durability == "exit":
+        assert [entry[:3] for entry in seen] == [(1, "step", True)]
+    else:
+        assert seen == [
+            (1, "input", True, None),
+            (2, "step", True, {"a": {"steps": ["a"]}}),
+            (3, "step", True, {"b": {"steps": ["b"]}}),
+        ]

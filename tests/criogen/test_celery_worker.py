@@ -1,0 +1,288 @@
+"""The runner on real Celery worker processes (Redis broker, PostgreSQL database).
+
+Each test starts two ``celery -A criogen worker --pool threads`` subprocesses on a
+queue of its own (Redis DB 9) against the session's fresh PostgreSQL database, creates
+runs through ``create_run`` in a ``manage.py shell`` subprocess (CRIOGEN_RUNNER=celery),
+and crashes or stops the worker that holds the run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import need_service
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+BROKER = "redis://127.0.0.1:6379/9"
+LEASE = 3
+
+
+def redis_available() -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(BROKER, socket_connect_timeout=2).ping())
+    except redis.RedisError:
+        return False
+
+
+@dataclass
+class Cluster:
+    env: dict[str, str]
+    alias: str
+    queue: str
+    logs: Path
+    workers: dict[int, subprocess.Popen[bytes]]
+
+    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
+        with (self.logs / f"{name}.log").open("wb") as log:
+            proc = self._spawn(name, log)
+        self.workers[proc.pid] = proc
+        return proc
+
+    def _spawn(self, name: str, log: Any) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "criogen",
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "2",
+                "-Q",
+                self.queue,
+                "-n",
+                f"{name}@%h",
+                "--without-heartbeat",
+                "--without-mingle",
+                "--without-gossip",
+                "--loglevel",
+                "info",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def start_beat(self) -> subprocess.Popen[bytes]:
+        with (self.logs / "beat.log").open("wb") as log:
+            return subprocess.Popen(
+                [
+                    str(BIN / "celery"),
+                    "-A",
+                    "criogen",
+                    "beat",
+                    "--schedule",
+                    str(self.logs / "beat-schedule"),
+                    "--loglevel",
+                    "info",
+                ],
+                cwd=ROOT,
+                env={**self.env, "CRIOGEN_REAP_SECONDS": "1"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self, names: list[str], timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        for name in names:
+            while b" ready." not in (self.logs / f"{name}.log").read_bytes():
+                assert time.monotonic() < deadline, self.dump(f"worker {name} never got ready")
+                time.sleep(0.1)
+
+    def manage(self, *args: str, code: str | None = None) -> str:
+        command = [str(BIN / "python"), "manage.py", *args]
+        if code is not None:
+            command += ["-c", code]
+        done = subprocess.run(
+            command, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().splitlines()[-1]
+
+    def create_run(self, thread_id: str, **options: Any) -> str:
+        return self.manage(
+            "shell",
+            code=(
+                "from criogen.services.runs import create_run\n"
+                f"run = create_run(thread_id={thread_id!r}, assistant_id='steps', "
+                f"if_not_exists='create', **{options!r})\n"
+                "print(run.pk)"
+            ),
+        )
+
+    def run(self, run_id: str) -> Any:
+        from criogen.storage.models import Run
+
+        return Run.objects.using(self.alias).get(pk=run_id)
+
+    def head_version(self, thread_id: str) -> int:
+        from criogen.storage.models import Thread
+
+        return Thread.objects.using(self.alias).get(pk=thread_id).head_version
+
+    def wait(self, what: str, check: Callable[[], bool], timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, self.dump(f"timed out waiting for {what}")
+            time.sleep(0.05)
+
+    def holder(self, run_id: str) -> subprocess.Popen[bytes]:
+        pid = int(self.run(run_id).worker.rsplit(":", 1)[1])
+        return self.workers[pid]
+
+    def dump(self, message: str) -> str:
+        logs = "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.logs.iterdir()
+        )
+        return f"{message}\n{logs}"
+
+
+@pytest.fixture
+def cluster(postgres_url: str, tmp_path: Path, django_db_blocker: Any) -> Iterator[Cluster]:
+    """Two workers on a fresh queue; the test process reads the runs' database."""
+    need_service(
+        "Redis", redis_available(), "redis-server --daemonize yes --bind 127.0.0.1 --port 6379"
+    )
+    from criogen.storage.setup import database_alias
+
+    queue = f"criogen-test-{uuid.uuid4().hex[:12]}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": postgres_url,
+        "CELERY_BROKER_URL": BROKER,
+        "CELERY_TASK_DEFAULT_QUEUE": queue,
+        "CRIOGEN_RUNNER": "celery",
+        "CRIOGEN_LEASE_SECONDS": str(LEASE),
+        "DJANGO_SETTINGS_MODULE": "criogen.settings",
+        "PYTHONUNBUFFERED": "1",
+    }
+    with django_db_blocker.unblock():
+        alias = database_alias(postgres_url)  # migrates the database once
+        found = Cluster(env, alias, queue, tmp_path, {})
+        try:
+            found.start_worker("w1")
+            found.start_worker("w2")
+            found.wait_ready(["w1", "w2"])
+            yield found
+        finally:
+            for proc in found.workers.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in found.workers.values():
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            import redis
+
+            redis.Redis.from_url(BROKER).delete(queue)
+
+
+def steps_of(cluster: Cluster, thread_id: str) -> dict[str, Any]:
+    from criogen import Storage
+
+    head = Storage(f"django://{cluster.alias}").head(thread_id)
+    assert head is not None
+    return head.state
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_a_run_whose_worker_is_killed_is_picked_up_again_and_completes(
+    cluster: Cluster, durability: str
+) -> None:
+    thread_id = f"kill-{durability}-{uuid.uuid4().hex[:8]}"
+    run_id = cluster.create_run(thread_id, input={"n": 0, "sleep": 2}, durability=durability)
+    cluster.wait("the run to start", lambda: cluster.run(run_id).status == "running")
+    if durability == "exit":
+        time.sleep(0.5)  # a is done, b sleeps; exit has written nothing yet
+    else:
+        cluster.wait("node a's checkpoint", lambda: cluster.head_version(thread_id) >= 2)
+    victim = cluster.holder(run_id)
+
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    assert cluster.run(run_id).status == "running"  # nobody knows yet
+    written_before = cluster.head_version(thread_id)
+    if durability == "async":
+        # Recovery by Celery beat's schedule (the reaper every second here).
+        beat = cluster.start_beat()
+        try:
+            cluster.wait("the run to end", lambda: cluster.run(run_id).status == "success")
+        finally:
+            beat.terminate()
+            beat.wait(10)
+    else:
+        # Recovery by the management command (cron, or by hand after an outage).
+        cluster.wait("the lease to expire", lambda: cluster.run(run_id).lease_expires < time.time())
+        assert run_id in cluster.manage("criogen_sweep", "--no-ttl")
+        cluster.wait("the run to end", lambda: cluster.run(run_id).status == "success")
+
+    run = cluster.run(run_id)
+    assert run.attempts == 2
+    assert int(run.worker.rsplit(":", 1)[1]) != victim.pid
+    assert steps_of(cluster, thread_id) == {"n": 3, "steps": ["a", "b", "c"], "sleep": 2}
+    from criogen.storage.models import Checkpoint
+
+    versions = sorted(
+        Checkpoint.objects.using(cluster.alias)
+        .filter(thread_id=thread_id)
+        .values_list("version", flat=True)
+    )
+    if durability == "exit":
+        # Started over from the state before the run: one checkpoint, at the end.
+        assert (written_before, versions) == (0, [1])
+    else:
+        # Continued from the last checkpoint: nothing before it was written again.
+        assert written_before >= 2
+        assert versions == [1, 2, 3, 4]
+
+
+def test_a_worker_sent_sigterm_finishes_its_step_and_hands_the_run_back(
+    cluster: Cluster,
+) -> None:
+    thread_id = f"term-{uuid.uuid4().hex[:8]}"
+    run_id = cluster.create_run(thread_id, input={"n": 0, "sleep": 1.5}, durability="sync")
+    cluster.wait("node a's checkpoint", lambda: cluster.head_version(thread_id) >= 2)
+    leaving = cluster.holder(run_id)
+
+    leaving.send_signal(signal.SIGTERM)
+    assert leaving.wait(20) == 0
+    cluster.wait("the run to end", lambda: cluster.run(run_id).status == "success")
+
+    run = cluster.run(run_id)
+    assert run.attempts == 2
+    assert int(run.worker.rsplit(":", 1)[1]) != leaving.pid
+    from criogen.storage.models import Checkpoint
+
+    checkpoints = dict(
+        Checkpoint.objects.using(cluster.alias)
+        .filter(thread_id=thread_id)
+        .values_list("version", "run_id")
+    )
+    # b's step finished and was checkpointed before the hand-back; c ran on the other
+    # worker; no step ran twice.
+    assert sorted(checkpoints) == [1, 2, 3, 4]
+    assert set(checkpoints.values()) == {run_id}
+    assert steps_of(cluster, thread_id)["steps"] == ["a", "b", "c"]
+    assert b"run handed back" in (cluster.logs / f"{_name_of(cluster, leaving)}.log").read_bytes()
+
+
+def _name_of(cluster: Cluster, proc: subprocess.Popen[bytes]) -> str:
+    return proc.args[proc.args.index("-n") + 1].split("@")[0]  # type: ignore[union-attr,index]

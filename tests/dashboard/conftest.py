@@ -1,0 +1,247 @@
+"""Fixtures of the dashboard tests: personas, graphs, and threads waiting for a person.
+
+Personas (one line each, as in ``healthchecks hc/test.py``):
+
+- ``operator``: may act (the ``criogen.operate`` permission, not staff);
+- ``viewer``: signed in, may only look, and only at threads they own;
+- ``stranger``: another plain user, sees nothing of the others' threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from criogen import registry
+from criogen.storage.models import Thread
+
+TEST_ASSISTANTS = {
+    "steps": "criogen.examples.steps:workflow",
+    "hitl": "criogen.examples.hitl:workflow",
+    "refunds": "tests.dashboard.graphs:agent",
+    "flaky": "tests.dashboard.graphs:flaky",
+}
+
+
+@pytest.fixture(autouse=True)
+def _graphs(settings: Any) -> Iterator[None]:
+    """The example workflows plus the refunds agent, bound to the test database."""
+    settings.CRIOGEN_ASSISTANTS = TEST_ASSISTANTS
+    registry.reset()
+    yield
+    registry.reset()
+
+
+def _user(name: str, *, operate: bool = False, staff: bool = False) -> User:
+    user = User.objects.create_user(name, password="pw-" + name, is_staff=staff)
+    if operate:
+        user.user_permissions.add(
+            Permission.objects.get(codename="operate", content_type__app_label="criogen")
+        )
+    return user
+
+
+@pytest.fixture
+def operator(db: None) -> User:
+    """Olga, an operator: acts on every thread."""
+    return _user("olga", operate=True)
+
+
+@pytest.fixture
+def operator2(db: None) -> User:
+    """Oscar, a second operator (races with Olga)."""
+    return _user("oscar", operate=True)
+
+
+@pytest.fixture
+def viewer(db: None) -> User:
+    """Vera: signed in, looks at her own threads, cannot act."""
+    return _user("vera")
+
+
+@pytest.fixture
+def stranger(db: None) -> User:
+    """Sam: another plain user; must never see Vera's threads."""
+    return _user("sam")
+
+
+def client_for(user: User, *, csrf_checks: bool = False) -> Client:
+    """A test client signed in as ``user``."""
+    client = Client(enforce_csrf_checks=csrf_checks)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def as_operator(operator: User) -> Client:
+    return client_for(operator)
+
+
+@pytest.fixture
+def as_viewer(viewer: User) -> Client:
+    return client_for(viewer)
+
+
+def new_thread_id(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def suspended_workflow(db: None) -> Callable[..., Thread]:
+    """Make a ``hitl`` thread suspended at ``ask`` (run through ``Storage.default()``)."""
+
+    def make(*, owner: User | None = None, n: int = 1, thread_id: str | None = None) -> Thread:
+        tid = thread_id or new_thread_id("wf")
+        registry.get_graph("hitl").thread(tid).run({"n": n}, durability="sync")
+        Thread.objects.filter(pk=tid).update(owner=owner, metadata={"graph_id": "hitl"})
+        return Thread.objects.get(pk=tid)
+
+    return make
+
+
+@pytest.fixture
+def waiting_agent(db: None) -> Callable[..., Thread]:
+    """Make a ``refunds`` agent thread waiting for approval of ``issue_refund``."""
+
+    def make(
+        *,
+        owner: User | None = None,
+        text: str = "refund order 42 of 10 EUR",
+        thread_id: str | None = None,
+    ) -> Thread:
+        tid = thread_id or new_thread_id("ag")
+        registry.get_graph("refunds").thread(tid).run(text, durability="sync")
+        Thread.objects.filter(pk=tid).update(owner=owner, metadata={"graph_id": "refunds"})
+        return Thread.objects.get(pk=tid)
+
+    return make
+
+
+@pytest.fixture
+def failed_thread(db: None) -> Callable[..., Thread]:
+    """Make a ``flaky`` thread whose run failed (its head is a failure checkpoint)."""
+
+    def make(*, owner: User | None = None) -> Thread:
+        from criogen.engine.errors import RunFailed
+
+        tid = new_thread_id("fail")
+        with pytest.raises(RunFailed):
+            registry.get_graph("flaky").thread(tid).run({"explode": True}, durability="sync")
+        Thread.objects.filter(pk=tid).update(owner=owner, metadata={"graph_id": "flaky"})
+        return Thread.objects.get(pk=tid)
+
+    return make
+
+
+# -- browser tests ------------------------------------------------------------------------
+# A real server (Daphne, in-process runner, its own SQLite file) and Debian's Chromium.
+
+RESULTS = Path(__file__).resolve().parents[2] / "test-results"
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the test item, so fixtures can see a failure."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+@pytest.fixture(scope="session")
+def dashboard_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The dashboard served by Daphne on a fresh SQLite database (personas olga, oscar,
+    vera; see ``live_server``)."""
+    from tests.dashboard import live_server
+
+    tmp = tmp_path_factory.mktemp("dashboard")
+    server = live_server.start(f"sqlite://{tmp / 'dashboard.db'}", tmp)
+    yield server
+    live_server.stop(server)
+
+
+def redis_available() -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", 6379), timeout=2) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def pg_dashboard_server(
+    tmp_path_factory: pytest.TempPathFactory, postgres_url: str
+) -> Iterator[Any]:
+    """The dashboard on the session's PostgreSQL database with the Redis channel layer
+    (the production setup): live events cross processes through Redis."""
+    from tests.conftest import START_REDIS, need_service
+    from tests.dashboard import live_server
+
+    need_service("Redis", redis_available(), START_REDIS)
+    tmp = tmp_path_factory.mktemp("dashboard-pg")
+    server = live_server.start(postgres_url, tmp, REDIS_URL="redis://127.0.0.1:6379/5")
+    yield server
+    live_server.stop(server)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Headless Debian Chromium through Playwright (fails in CI when it is missing).
+
+    Module-scoped: Playwright's sync API keeps an event loop running in the main thread
+    while it is open, and Django refuses ORM calls from a thread with a running loop, so
+    it must be closed before the (randomly ordered) tests of other modules run.
+    """
+    from tests.conftest import need_service
+    from tests.dashboard import live_server
+
+    need_service(
+        "Chromium",
+        live_server.chromium_available(),
+        "apt-get update && apt-get install -y chromium",
+    )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = live_server.launch_browser(playwright)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def signed_in(request: pytest.FixtureRequest, chromium: Any) -> Iterator[Callable[..., Any]]:
+    """``signed_in("olga")``: a page of a new browser context signed in as that persona
+    (on ``dashboard_server`` unless another server is given).
+
+    When the test fails, every page it opened is saved as a PNG under test-results/.
+    """
+    from tests.dashboard import live_server
+
+    pages: list[Any] = []
+
+    def make(who: str, server: Any = None, **options: Any) -> Any:
+        server = server or request.getfixturevalue("dashboard_server")
+        page = live_server.sign_in(chromium, server, who, **options)
+        page.set_default_timeout(10_000)
+        pages.append(page)
+        return page
+
+    yield make
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        RESULTS.mkdir(exist_ok=True)
+        for i, page in enumerate(pages):
+            # A screenshot is a diagnostic only: a closed page must not hide the failure.
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(RESULTS / f"{request.node.name}-{i}.png"), full_page=True)
+    for page in pages:
+        page.context.close()

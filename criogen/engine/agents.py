@@ -719,6 +719,7 @@ class AgentThread:
                 tasks=target.tasks,
                 metadata={"forked_from": target.id, "forked_version": target.version, "actor": by},
                 value_versions=dict(target.value_versions),
+                value_bases=dict(target.value_bases),
                 final=True,
             )
         assert checkpoint is not None
@@ -1074,6 +1075,7 @@ class _Turn:
             created_at=utcnow(),
             metadata=metadata,
             value_versions=dict(head.value_versions),
+            value_bases=dict(head.value_bases),
         )
         write = CheckpointWrite(checkpoint, {}, head.version, {})
         self.storage.write_decisions([write], records, lease_id=active.run_id)

@@ -84,6 +84,10 @@ class Checkpoint:
     """Free JSON about the write (``step``, ``writes``, ``actor``…)."""
     value_versions: dict[str, int] = field(default_factory=dict)
     """Storage bookkeeping: for each key, the version whose write holds its value."""
+    value_bases: dict[str, int] = field(default_factory=dict)
+    """Storage bookkeeping: for each key, the version where the rows that build its
+    value start (its last whole value, or its first appended items), so a read is one
+    index range scan per key; 0 when unknown (the read then starts at the beginning)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The checkpoint as plain JSON (``created_at`` as ISO 8601)."""
@@ -115,6 +119,7 @@ def to_snapshot(checkpoint: Checkpoint) -> dict[str, Any]:
     """A checkpoint as a self-contained, plain-JSON snapshot (``result.snapshot``)."""
     data = checkpoint.to_dict()
     data.pop("value_versions")
+    data.pop("value_bases")
     return {"criogen_snapshot": SNAPSHOT_FORMAT, "checkpoint": data}
 
 

@@ -244,6 +244,7 @@ class ActiveRun:
         """The newest checkpoint this run wrote (or, for ``exit``, will write)."""
         self._tip_version = 0
         self._tip_values: dict[str, int] = {}
+        self._tip_bases: dict[str, int] = {}
         self._tip_id: CheckpointId | None = None
         self._exit_delta: Delta = {}
         self._writer: _BackgroundWriter | None = None
@@ -297,6 +298,7 @@ class ActiveRun:
         if checkpoint is not None:
             self._tip_version = checkpoint.version
             self._tip_values = dict(checkpoint.value_versions)
+            self._tip_bases = dict(checkpoint.value_bases)
             self._tip_id = checkpoint.id
 
     def renew(self) -> None:
@@ -337,6 +339,7 @@ class ActiveRun:
         error: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
         value_versions: dict[str, int] | None = None,
+        value_bases: dict[str, int] | None = None,
         updates: dict[str, Any] | None = None,
         final: bool = False,
         parent_id: str | None = None,
@@ -365,10 +368,15 @@ class ActiveRun:
         prev: dict[str, int] = {}
         if value_versions is None:
             value_versions = dict(self._tip_values)
+            value_bases = dict(self._tip_bases)
             for key, change in delta.items():
                 if change.op == "append" and key in value_versions:
                     prev[key] = value_versions[key]
+                    value_bases[key] = self._tip_bases.get(key, 0)
+                else:
+                    value_bases[key] = version
                 value_versions[key] = version
+        value_bases = value_bases or {}
         checkpoint = Checkpoint(
             id=CheckpointId(new_id()),
             thread_id=self.thread_id,
@@ -385,6 +393,7 @@ class ActiveRun:
             created_at=utcnow(),
             metadata=metadata or {},
             value_versions=value_versions,
+            value_bases=value_bases,
         )
         write = CheckpointWrite(checkpoint, delta, self._tip_version, prev, updates)
         if self.durability == "async" and self.storage.supports_background_writes and not final:
@@ -399,6 +408,7 @@ class ActiveRun:
                 self.storage.write([write], lease_id=self.run_id)
                 self.storage.notify([write])
         self._tip_version, self._tip_values, self._tip_id = version, value_versions, checkpoint.id
+        self._tip_bases = value_bases
         self.last = checkpoint
         return checkpoint
 

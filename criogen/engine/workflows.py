@@ -475,6 +475,7 @@ class WorkflowThread:
                 tasks=target.tasks,
                 metadata={"forked_from": target.id, "forked_version": target.version},
                 value_versions=dict(target.value_versions),
+                value_bases=dict(target.value_bases),
                 final=True,
             )
         assert checkpoint is not None
@@ -580,7 +581,11 @@ def _adopt_snapshot(active: ActiveRun, head: Checkpoint | None, snap: Checkpoint
             )
         return head
     delta = {key: Change("set", value) for key, value in snap.state.items()}
-    imported = replace(snap, value_versions=dict.fromkeys(snap.state, snap.version))
+    imported = replace(
+        snap,
+        value_versions=dict.fromkeys(snap.state, snap.version),
+        value_bases=dict.fromkeys(snap.state, snap.version),
+    )
     write = CheckpointWrite(imported, delta, 0, {})
     active.storage.write([write], lease_id=active.run_id)
     active.storage.notify([write])

@@ -10,7 +10,9 @@ of the write that holds the key's value (``value_versions``). A write stores one
 row per *changed* key: ``set`` rows hold the whole value, ``append`` rows hold only
 the appended items and point at the previous row of the same key. So a key that did
 not change costs nothing, a growing list costs only its new items, and a fork (rewind)
-just copies ``value_versions``. Reading a state follows those pointers.
+just copies ``value_versions``. Each checkpoint also keeps, per key, where the rows
+that build the value start (``value_bases``), so a read is one index range scan per
+key; building the state follows the ``prev`` pointers within those rows.
 """
 
 from __future__ import annotations
@@ -109,8 +111,11 @@ def build_state(
             value = decode(row.data)
         if chunks:
             value = list(value) if value is not None else []
-            for data in reversed(chunks):
-                value.extend(decode(data))
+            # Each chunk is a JSON array: join them into one array text and decode once
+            # (one parse of a long thread's list, not one per step).
+            items = [data[1:-1] for data in reversed(chunks) if data != "[]"]
+            if items:
+                value.extend(decode("[" + ",".join(items) + "]"))
         state[key] = value
     return state
 

@@ -318,6 +318,7 @@ class OrmStorage(Storage):
                     "error": cp.error,
                     "metadata": cp.metadata,
                     "values": cp.value_versions,
+                    "bases": cp.value_bases,
                 }
             )
         )
@@ -345,35 +346,45 @@ class OrmStorage(Storage):
                     created_at=self._time(created_at),
                     metadata=data["metadata"],
                     value_versions=data["values"],
+                    value_bases=data.get("bases", {}),
                 )
             )
         if not bare:
             return bare
-        seeds = {(key, v) for cp in bare for key, v in cp.value_versions.items()}
-        values = self._values(thread_id, seeds)
+        values = self._values(thread_id, bare)
         return [replace(cp, state=build_state(cp.value_versions, values)) for cp in bare]
 
     def _values(
-        self, thread_id: str, seeds: set[tuple[str, int]]
+        self, thread_id: str, checkpoints: Sequence[Checkpoint]
     ) -> dict[tuple[str, int], ValueRow]:
-        if not seeds:
+        """The value rows the checkpoints' states are built from, in one query.
+
+        Each key is one index range scan on ``(thread, key, version)``: from the start of
+        the rows that build its value (``value_bases``) to its tip. A range may also hold
+        rows of another line of the thread (a fork); ``build_state`` follows the ``prev``
+        pointers and skips them.
+        """
+        ranges: dict[str, tuple[int, int]] = {}
+        for cp in checkpoints:
+            for key, version in cp.value_versions.items():
+                base = cp.value_bases.get(key, 0)
+                low, high = ranges.get(key, (base, version))
+                ranges[key] = (min(low, base), max(high, version))
+        if not ranges:
             return {}
-        # Follow each appended key's chain back to its start in one recursive query.
-        pairs = sorted(seeds)
-        placeholders = ", ".join(["(%s, %s)"] * len(pairs))
-        # Only placeholders are interpolated into the SQL text.
+        # Only placeholders are interpolated into the SQL text. The thread id is in each
+        # term so that every term is an index range of its own (SQLite's OR optimisation
+        # and PostgreSQL's BitmapOr both need that).
+        term = "(thread_id = %s AND state_key = %s AND version BETWEEN %s AND %s)"
         sql = (
-            f"WITH RECURSIVE seed(k, v) AS (VALUES {placeholders}),"  # noqa: S608
-            " chain(k, v) AS (SELECT k, v FROM seed UNION"
-            " SELECT x.state_key, x.prev FROM criogen_value x JOIN chain c"
-            " ON x.thread_id = %s AND x.state_key = c.k AND x.version = c.v"
-            " WHERE x.prev IS NOT NULL)"
-            " SELECT x.state_key, x.version, x.kind, x.data, x.prev FROM criogen_value x"
-            " JOIN chain c ON x.thread_id = %s AND x.state_key = c.k AND x.version = c.v"
+            "SELECT state_key, version, kind, data, prev FROM criogen_value WHERE "  # noqa: S608
+            + " OR ".join([term] * len(ranges))
         )
-        params: list[Any] = [p for pair in pairs for p in pair]
+        params: list[Any] = []
+        for key, (low, high) in sorted(ranges.items()):
+            params += [thread_id, key, low, high]
         with self._cursor() as cur:
-            cur.execute(sql, [*params, thread_id, thread_id])
+            cur.execute(sql, params)
             return {
                 (key, version): ValueRow(kind, self._open(data), prev)
                 for key, version, kind, data, prev in cur.fetchall()

@@ -50,6 +50,7 @@ def test_a_suspended_run_without_storage_returns_a_plain_json_snapshot() -> None
     assert checkpoint["next"] == ["ask"]
     assert checkpoint["interrupts"][0]["payload"] == {"amount": 42}
     assert "value_versions" not in checkpoint  # storage bookkeeping stays in storage
+    assert "value_bases" not in checkpoint
 
 
 def test_resume_continues_a_snapshot_in_a_fresh_storage(storage: Storage) -> None:

@@ -105,3 +105,27 @@ def test_reading_the_state_at_any_checkpoint_takes_at_most_two_queries(
     assert head is not None
     assert head.state["steps"][-1] == {"step": STEPS, "note": f"step number {STEPS}"}
     assert [item["step"] for item in head.state["steps"]] == list(range(1, STEPS + 1))
+
+
+def test_the_state_read_uses_only_index_searches_even_with_table_statistics(
+    orm_storage: OrmStorage, long_thread: str
+) -> None:
+    # Statistics make planners change their minds (a recursive query over the values
+    # table turned into full scans once ANALYZE had run): every statement of a read
+    # must still be an index search, not a scan of the table.
+    connection = connections[orm_storage.alias]
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE")
+    with CaptureQueriesContext(connection) as queries:
+        assert orm_storage.head(long_thread) is not None
+    for query in queries:
+        with connection.cursor() as cur:
+            if orm_storage.vendor == "postgresql":
+                cur.execute("SET enable_seqscan = on")
+                cur.execute("EXPLAIN " + query["sql"])
+                plan = "\n".join(row[0] for row in cur.fetchall())
+                assert "Seq Scan" not in plan, plan
+            else:
+                cur.execute("EXPLAIN QUERY PLAN " + query["sql"])
+                plan = "\n".join(str(row[-1]) for row in cur.fetchall())
+                assert not any(line.startswith("SCAN") for line in plan.splitlines()), plan

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, Value, When
+from django.db.models import F, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
@@ -34,6 +34,7 @@ from api.auth import Principal
 from api.errors import Conflict
 from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.errors import CheckpointNotFound, InvalidArgument, ThreadNotFound
+from criogen.selectors import with_status
 from criogen.storage.models import Checkpoint as CheckpointRow
 from criogen.storage.models import Thread
 from criogen.storage.models import Value as ValueRow
@@ -78,24 +79,9 @@ def storage() -> Any:
 # -- loading and status -------------------------------------------------------------------
 
 
-def annotated(qs: QuerySet[Thread] | None = None) -> QuerySet[Thread]:
-    """Threads with ``rest_status`` (idle / busy / interrupted / error) computed in SQL."""
-    qs = Thread.objects.all() if qs is None else qs
-    active = Run.objects.filter(thread=OuterRef("pk"), status__in=ACTIVE_RUN_STATUSES)
-    leased = Q(lease_id__isnull=False, lease_expires__gt=time.time())
-    return qs.annotate(
-        rest_status=Case(
-            When(Exists(active) | leased, then=Value("busy")),
-            When(head_status="suspended", then=Value("interrupted")),
-            When(head_status="failed", then=Value("error")),
-            default=Value("idle"),
-        )
-    )
-
-
 def load_thread(who: Principal, thread_id: str, *, for_update: bool = False) -> Thread:
     """The thread ``thread_id`` if the caller may see it; else ThreadNotFound (404)."""
-    qs = who.scope(annotated())
+    qs = who.scope(with_status())
     if for_update:
         qs = qs.select_for_update()
     row = qs.filter(pk=thread_id).first()
@@ -163,7 +149,7 @@ def _ttl_out(row: Thread) -> dict[str, Any] | None:
 
 
 def _status_of(row: Thread) -> str:
-    fresh = annotated().filter(pk=row.pk).values_list("rest_status", flat=True).first()
+    fresh = with_status().filter(pk=row.pk).values_list("rest_status", flat=True).first()
     return fresh or "idle"
 
 
@@ -473,7 +459,7 @@ def _filtered(
     status: str | None,
     ids: list[str] | None,
 ) -> QuerySet[Thread]:
-    qs = who.scope(annotated())
+    qs = who.scope(with_status())
     if status is not None:
         if status not in THREAD_STATUSES:
             raise InvalidArgument(

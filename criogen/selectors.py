@@ -10,11 +10,12 @@ Nothing here writes. A thread's REST status is derived, LangGraph-style:
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable
 from typing import Literal
 
-from django.db.models import QuerySet
+from django.db.models import Case, Exists, OuterRef, Q, QuerySet, Value, When
 
 from criogen.engine.errors import CriogenError
 from criogen.storage.models import Run, Thread
@@ -28,6 +29,7 @@ __all__ = [
     "runs_for_thread",
     "thread_status",
     "thread_statuses",
+    "with_status",
 ]
 
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
@@ -73,28 +75,31 @@ def active_runs(*, thread_id: str) -> QuerySet[Run]:
     )
 
 
+def with_status(qs: QuerySet[Thread] | None = None) -> QuerySet[Thread]:
+    """Threads annotated with ``rest_status`` (idle / busy / interrupted / error),
+    computed in SQL so that lists can filter and sort by it. The one place the rule
+    lives: busy when a run is pending or running or a live lease holds the thread;
+    interrupted when the head is suspended; error when it failed; else idle."""
+    qs = Thread.objects.all() if qs is None else qs
+    active = Run.objects.filter(thread=OuterRef("pk"), status__in=ACTIVE_RUN_STATUSES)
+    leased = Q(lease_id__isnull=False, lease_expires__gt=time.time())
+    return qs.annotate(
+        rest_status=Case(
+            When(Exists(active) | leased, then=Value("busy")),
+            When(head_status="suspended", then=Value("interrupted")),
+            When(head_status="failed", then=Value("error")),
+            default=Value("idle"),
+        )
+    )
+
+
 def thread_status(thread: Thread) -> ThreadStatus:
-    """The REST status of one thread (one query for its active runs)."""
-    busy = Run.objects.filter(thread_id=thread.pk, status__in=ACTIVE_RUN_STATUSES).exists()
-    return _derive(thread, busy)
+    """The REST status of one thread (one query)."""
+    return thread_statuses([thread]).get(thread.pk, "idle")
 
 
 def thread_statuses(threads: Iterable[Thread]) -> dict[str, ThreadStatus]:
-    """The REST status of many threads: thread id -> status, in two queries."""
-    threads = list(threads)
-    busy_ids = set(
-        Run.objects.filter(
-            thread_id__in=[t.pk for t in threads], status__in=ACTIVE_RUN_STATUSES
-        ).values_list("thread_id", flat=True)
-    )
-    return {t.pk: _derive(t, t.pk in busy_ids) for t in threads}
-
-
-def _derive(thread: Thread, has_active_run: bool) -> ThreadStatus:
-    if has_active_run or thread.lease_alive:
-        return "busy"
-    if thread.head_status == "suspended":
-        return "interrupted"
-    if thread.head_status == "failed":
-        return "error"
-    return "idle"
+    """The REST status of many threads: thread id -> status, in one query."""
+    ids = [t.pk for t in threads]
+    rows = with_status(Thread.objects.filter(pk__in=ids)).values_list("pk", "rest_status")
+    return dict(rows)  # type: ignore[arg-type]

@@ -56,6 +56,9 @@ test: install install-ts check ## Run the whole test suite (SQLite, PostgreSQL, 
 	$(BIN)/pytest -q -p no:randomly tests/test_boundaries.py
 	$(BIN)/pytest -q
 
+reliability: install ## Run the full reliability suite (crashes, races, bad input) and print its figures
+	CRIOGEN_RELIABILITY_FULL=1 $(BIN)/pytest -p no:randomly tests/reliability
+
 bench: install ## Run the benchmarks and print their figures
 	mkdir -p bench/results
 	set -o pipefail; $(BIN)/python bench/engine.py | tee bench/results/engine.json
@@ -70,5 +73,5 @@ screenshots: install ## Regenerate the dashboard screenshots in docs/img/
 openapi-snapshot: install ## Regenerate openapi.json from the REST API (commit it)
 	$(BIN)/python manage.py openapi_snapshot openapi.json
 
-.PHONY: help install install-ts migrate demo check lint lint-imports fmt test bench \
+.PHONY: help install install-ts migrate demo check lint lint-imports fmt test reliability bench \
 	screenshots openapi-snapshot

@@ -6,6 +6,7 @@ from ninja import NinjaAPI
 
 from api.auth import auth_backends
 from api.errors import register_exception_handlers
+from api.parser import StrictJsonParser
 from api.routers import assistants, crons, runs, store, system, threads
 
 api = NinjaAPI(
@@ -16,6 +17,7 @@ api = NinjaAPI(
     urls_namespace="api",
     docs_url="/docs",
     openapi_url="/openapi.json",
+    parser=StrictJsonParser(),
 )
 register_exception_handlers(api)
 api.add_router("/", system.router)

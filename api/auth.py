@@ -9,10 +9,12 @@ exactly as if it did not exist.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
@@ -20,7 +22,15 @@ from ninja.security.base import AuthBase
 
 from api.models import ApiToken, hash_token
 
-__all__ = ["ApiKeyAuth", "BearerAuth", "Principal", "auth_backends", "principal"]
+__all__ = [
+    "ApiKeyAuth",
+    "BearerAuth",
+    "Principal",
+    "auth_backends",
+    "auth_failures_retry_after",
+    "client_ip",
+    "principal",
+]
 
 
 @dataclass(frozen=True)
@@ -52,13 +62,63 @@ class Principal:
 LOCAL = Principal(user=None, is_operator=True)
 
 
-def _from_token(token: str) -> Principal | None:
+# --- rate limit on token authentication failures ---
+# Per client IP, a fixed window: after CRIOGEN_AUTH_FAILURE_LIMIT bad tokens within
+# CRIOGEN_AUTH_FAILURE_WINDOW seconds, requests from that IP carrying a token get 429
+# with Retry-After until the window ends (api.middleware answers them). The counts live
+# in Django's cache: the default LocMemCache counts per process; production with several
+# processes sets a shared cache (CACHES, e.g. Redis) so the limit holds across them.
+
+
+def _failure_limit() -> int:
+    return int(getattr(settings, "CRIOGEN_AUTH_FAILURE_LIMIT", 20))
+
+
+def _failure_window() -> int:
+    return int(getattr(settings, "CRIOGEN_AUTH_FAILURE_WINDOW", 60))
+
+
+def client_ip(request: HttpRequest) -> str:
+    """The peer address (behind a proxy: the proxy's, unless it rewrites REMOTE_ADDR)."""
+    return str(request.META.get("REMOTE_ADDR") or "unknown")
+
+
+def _keys(ip: str) -> tuple[str, str]:
+    return f"criogen:authfail:{ip}:n", f"criogen:authfail:{ip}:since"
+
+
+def _note_failure(request: HttpRequest) -> None:
+    """Count one bad token from the request's client IP."""
+    count_key, since_key = _keys(client_ip(request))
+    window = _failure_window()
+    if cache.add(since_key, time.time(), window):
+        cache.set(count_key, 0, window)
+    try:
+        cache.incr(count_key)
+    except ValueError:  # the window ended between the two calls: start a new one
+        cache.set(count_key, 1, window)
+
+
+def auth_failures_retry_after(request: HttpRequest) -> int | None:
+    """Seconds until the request's client IP may try tokens again, or None when it is
+    under the limit."""
+    count_key, since_key = _keys(client_ip(request))
+    count = cache.get(count_key) or 0
+    if count < _failure_limit():
+        return None
+    since = cache.get(since_key) or time.time()
+    return max(1, int(since + _failure_window() - time.time() + 0.999))
+
+
+def _from_token(token: str, request: HttpRequest | None = None) -> Principal | None:
     token = token.strip()
     if not token:
         return None
     # The lookup is by hash (unique index), then compared in constant time.
     row = ApiToken.objects.select_related("user").filter(token_hash=hash_token(token)).first()
     if row is None or not row.matches(token) or not row.user.is_active:
+        if request is not None:
+            _note_failure(request)
         return None
     now = timezone.now()
     if row.last_used is None or (now - row.last_used).total_seconds() > 60:
@@ -85,7 +145,7 @@ class BearerAuth(AuthBase):
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer":
             return None
-        return _from_token(token)
+        return _from_token(token, request)
 
 
 class ApiKeyAuth(AuthBase):
@@ -98,7 +158,7 @@ class ApiKeyAuth(AuthBase):
     def __call__(self, request: HttpRequest) -> Principal | None:
         if not _auth_enabled():
             return LOCAL
-        return _from_token(request.headers.get("x-api-key", ""))
+        return _from_token(request.headers.get("x-api-key", ""), request)
 
 
 def auth_backends() -> list[Any]:

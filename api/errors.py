@@ -20,6 +20,7 @@ from http import HTTPStatus
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -154,6 +155,17 @@ def register_exception_handlers(api: NinjaAPI) -> None:
         code = "invalid_json" if exc.status_code == 400 else "http_error"
         status = 422 if exc.status_code == 400 else exc.status_code
         return problem(status, str(exc), code, field="body" if status == 422 else None)
+
+    @api.exception_handler(OperationalError)
+    def database_unavailable(request: HttpRequest, exc: OperationalError) -> HttpResponse:
+        # The database refused the connection or dropped it (restart, too many
+        # clients): nothing was done, and the same request may succeed in a moment.
+        logger.warning("database unavailable in %s %s: %s", request.method, request.path, exc)
+        response = problem(
+            503, "the database is unavailable for a moment; retry the request.", "unavailable"
+        )
+        response["Retry-After"] = "1"
+        return response
 
     @api.exception_handler(Exception)
     def server_error(request: HttpRequest, exc: Exception) -> HttpResponse:

@@ -33,6 +33,7 @@ from django.utils import timezone
 from api.auth import Principal
 from api.errors import Conflict
 from criogen.engine.checkpoints import Checkpoint
+from criogen.engine.checkpoints import check_thread_id as engine_check_thread_id
 from criogen.engine.errors import CheckpointNotFound, InvalidArgument, ThreadNotFound
 from criogen.selectors import with_status
 from criogen.storage.models import Checkpoint as CheckpointRow
@@ -157,15 +158,15 @@ def _status_of(row: Thread) -> str:
 
 
 def check_thread_id(value: Any, field: str = "thread_id") -> str:
-    """Return a client-given thread id if it is 1–255 characters and not all blank."""
-    if not isinstance(value, str) or not value.strip() or len(value) > 255:
-        shown = value if not isinstance(value, str) or len(value) < 40 else value[:40] + "…"
+    """Return a client-given thread id if the engine accepts it (1–255 characters, not
+    all blank, no NUL); the error says how to let the server choose one."""
+    try:
+        return engine_check_thread_id(value, field)
+    except InvalidArgument as exc:
         raise InvalidArgument(
-            f"{field} {shown!r} must be 1–255 characters, not all blank (omit it or send "
-            "null to let the server generate a UUID).",
+            exc.message + " Omit it or send null to let the server generate a UUID.",
             field=field,
-        )
-    return value
+        ) from exc
 
 
 def parse_ttl(ttl: Any) -> tuple[int, str] | None:
@@ -693,9 +694,11 @@ def history(
     before: str | None = None,
     metadata: dict[str, Any] | None = None,
     select: list[str] | None = None,
+    at: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The thread's states, newest first: at most ``limit``, older than the checkpoint
-    ``before``, whose metadata contains ``metadata``."""
+    """The thread's states, newest first: at most ``limit``, from the checkpoint ``at``
+    back (LangGraph's ``checkpoint`` filter), older than the checkpoint ``before``,
+    whose metadata contains ``metadata``."""
     load_thread(who, thread_id)
     cap = int(getattr(settings, "CRIOGEN_MAX_SEARCH_LIMIT", 1000))
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or limit > cap:
@@ -703,6 +706,10 @@ def history(
     version = None
     if before is not None:
         version = _version_of(thread_id, check_checkpoint_id(before, "before"))
+    if at is not None:
+        field = "checkpoint.checkpoint_id"
+        newest = _version_of(thread_id, check_checkpoint_id(at, field)) + 1
+        version = newest if version is None else min(version, newest)
     store = storage()
     if not metadata:
         cps = store.history(thread_id, limit=limit, before=version)

@@ -79,6 +79,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Refuse oversized bodies (413) before anything reads them.
+    "api.middleware.BodySizeLimitMiddleware",
+    # 429 for a client IP after too many bad API tokens (counted in api.auth).
+    "api.middleware.AuthFailureLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -235,6 +239,14 @@ DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "criogen@localhost")
 CRIOGEN_AUTH_ENABLED = envbool("CRIOGEN_AUTH_ENABLED", True)
 # The highest ``limit`` a search accepts (threads, history); above it: 422.
 CRIOGEN_MAX_SEARCH_LIMIT = envint("CRIOGEN_MAX_SEARCH_LIMIT", 1000)
+# The largest request body (bytes) the API and dashboard accept; larger is a 413.
+CRIOGEN_MAX_BODY_BYTES = envint("CRIOGEN_MAX_BODY_BYTES", 1024 * 1024)
+# Django's own cap (a 400) must not trip before ours.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(2621440, CRIOGEN_MAX_BODY_BYTES + 1)
+# Bad API tokens per client IP per window (seconds) before 429. Counted in Django's cache:
+# with several processes set a shared CACHES backend (e.g. Redis) so the limit holds.
+CRIOGEN_AUTH_FAILURE_LIMIT = envint("CRIOGEN_AUTH_FAILURE_LIMIT", 20)
+CRIOGEN_AUTH_FAILURE_WINDOW = envint("CRIOGEN_AUTH_FAILURE_WINDOW", 60)
 # A default time to live (minutes) for threads created without one; unset: none.
 # Threads that exist when it is set are not backfilled.
 CRIOGEN_THREAD_TTL = envint("CRIOGEN_THREAD_TTL", 0) or None

@@ -273,8 +273,9 @@ def state_at(
     summary="Get the thread's history",
 )
 def post_history(request: HttpRequest, thread_id: str, payload: HistoryIn) -> list[dict[str, Any]]:
-    """States newest first: ``limit``, ``before`` (a checkpoint id or object),
-    ``metadata`` (states whose metadata contains it)."""
+    """States newest first: ``limit``, ``checkpoint`` (from this checkpoint back),
+    ``before`` (a checkpoint id or object), ``metadata`` (states whose metadata
+    contains it)."""
     _root_namespace(payload.checkpoint, "checkpoint.checkpoint_ns")
     before = payload.before
     if before is not None and not isinstance(before, str):
@@ -286,6 +287,7 @@ def post_history(request: HttpRequest, thread_id: str, payload: HistoryIn) -> li
         before=before,
         metadata=payload.metadata,
         select=payload.select,
+        at=payload.checkpoint.checkpoint_id if payload.checkpoint else None,
     )
 
 

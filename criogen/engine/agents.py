@@ -55,6 +55,7 @@ from criogen.engine.checkpoints import (
     CheckpointId,
     CheckpointWrite,
     ThreadId,
+    check_thread_id,
     new_id,
     to_snapshot,
     utcnow,
@@ -357,12 +358,7 @@ class Agent:
 
     def thread(self, thread_id: str) -> AgentThread:
         """The conversation with this id (created by its first message)."""
-        if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 255:
-            raise InvalidArgument(
-                f"thread id {thread_id!r} must be 1–255 characters, not all blank.",
-                field="thread_id",
-            )
-        return AgentThread(self, ThreadId(thread_id))
+        return AgentThread(self, check_thread_id(thread_id))
 
     def run(self, message: Any, **options: Any) -> Reply:
         """One answer on a fresh thread (a new UUID, no history). Options as for send."""

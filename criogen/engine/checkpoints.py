@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NewType
 
-from criogen.engine.errors import InvalidSnapshot
+from criogen.engine.errors import InvalidArgument, InvalidSnapshot
 from criogen.engine.state import Delta
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "Source",
     "Status",
     "ThreadId",
+    "check_thread_id",
     "from_snapshot",
     "new_id",
     "to_snapshot",
@@ -38,6 +39,18 @@ Status = Literal["in_progress", "suspended", "completed", "failed"]
 SOURCES: tuple[str, ...] = ("input", "step", "suspend", "failure", "fork")
 STATUSES: tuple[str, ...] = ("in_progress", "suspended", "completed", "failed")
 SNAPSHOT_FORMAT = 1
+
+
+def check_thread_id(value: Any, field: str = "thread_id") -> ThreadId:
+    """Return ``value`` as a thread id if it is 1–255 characters, not all blank and
+    without NUL (PostgreSQL text cannot hold it); else raise InvalidArgument."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 255 or "\x00" in value:
+        shown = value if not isinstance(value, str) or len(value) < 40 else value[:40] + "…"
+        raise InvalidArgument(
+            f"{field} {shown!r} must be 1–255 characters, not all blank, without NUL.",
+            field=field,
+        )
+    return ThreadId(value)
 
 
 def new_id() -> str:
@@ -161,11 +174,10 @@ def from_snapshot(snapshot: Any) -> Checkpoint:
             field="checkpoint.created_at",
         ) from exc
     thread_id = need("thread_id", str)
-    if not thread_id.strip() or len(thread_id) > 255:
-        raise InvalidSnapshot(
-            "snapshot['checkpoint']['thread_id'] must be 1–255 characters, not all blank.",
-            field="checkpoint.thread_id",
-        )
+    try:
+        check_thread_id(thread_id, "snapshot['checkpoint']['thread_id']")
+    except InvalidArgument as exc:
+        raise InvalidSnapshot(exc.message, field="checkpoint.thread_id") from exc
     for name, value, allowed in (
         ("source", need("source", str), SOURCES),
         ("status", need("status", str), STATUSES),

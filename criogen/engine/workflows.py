@@ -30,6 +30,7 @@ from criogen.engine.checkpoints import (
     Checkpoint,
     CheckpointWrite,
     ThreadId,
+    check_thread_id,
     from_snapshot,
     new_id,
     to_snapshot,
@@ -355,12 +356,7 @@ class CompiledWorkflow:
 
     def thread(self, thread_id: str) -> WorkflowThread:
         """The thread with this id (created by its first run)."""
-        if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 255:
-            raise InvalidArgument(
-                f"thread id {thread_id!r} must be 1–255 characters, not all blank.",
-                field="thread_id",
-            )
-        return WorkflowThread(self, ThreadId(thread_id))
+        return WorkflowThread(self, check_thread_id(thread_id))
 
     def run(self, input: Mapping[str, Any] | None = None, **options: Any) -> RunResult:
         """Run once on a fresh thread (a new UUID). Options as for WorkflowThread.run."""

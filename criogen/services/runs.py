@@ -25,6 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from criogen import events
+from criogen.engine.checkpoints import check_thread_id
 from criogen.engine.errors import (
     AlreadyDecided,
     CheckpointNotFound,
@@ -240,11 +241,7 @@ def _thread_for_run(thread_id: str | None, if_not_exists: str, owner: Any, run_i
     if thread_id is None:
         # A stateless run gets a thread of its own, marked so lists can hide it.
         return Thread.objects.create(id=str(run_id), owner=owner, metadata={"stateless": True})
-    if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 255:
-        raise InvalidArgument(
-            f"thread_id {thread_id!r} must be 1–255 characters, not all blank.",
-            field="thread_id",
-        )
+    check_thread_id(thread_id)
     thread = Thread.objects.filter(pk=thread_id).first()
     if thread is not None:
         return thread

@@ -500,3 +500,14 @@ async def test_search_returns_only_the_selected_fields(client: Any) -> None:
     with pytest.raises(UnprocessableEntityError) as caught:
         await client.threads.search(select=["colour"])
     assert caught.value.body["field"] == "select"
+
+
+async def test_history_from_a_checkpoint_back(client: Any) -> None:
+    thread = await client.threads.create()
+    await client.runs.wait(thread["thread_id"], "steps", input={"n": 0})
+    full = await client.threads.get_history(thread["thread_id"], limit=100)
+    middle = full[2]["checkpoint"]
+    older = await client.threads.get_history(thread["thread_id"], checkpoint=middle, limit=100)
+    assert [s["checkpoint"]["checkpoint_id"] for s in older] == [
+        s["checkpoint"]["checkpoint_id"] for s in full[2:]
+    ]

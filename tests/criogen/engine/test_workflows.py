@@ -113,9 +113,9 @@ def test_it_refuses_unknown_compile_options(option: str, value: str) -> None:
     assert exc.value.details["field"] == option
 
 
-def test_it_refuses_a_blank_or_too_long_thread_id() -> None:
+def test_it_refuses_a_blank_too_long_or_nul_thread_id() -> None:
     app = chain("a").compile()
-    for bad in ("", "   ", "x" * 256):
+    for bad in ("", "   ", "x" * 256, "a\x00b"):
         with pytest.raises(InvalidArgument) as exc:
             app.thread(bad)
         assert exc.value.details["field"] == "thread_id"

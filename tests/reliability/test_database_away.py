@@ -1,0 +1,134 @@
+"""The database goes away mid-run: every server connection is killed with
+``pg_terminate_backend`` while runs are in flight. Runs end ``success`` (resumed) or
+``error`` (failed cleanly) — none stays stuck — nothing half-written is visible
+(versions contiguous, the head is the last checkpoint, every body is JSON), and the same
+server process answers again without a restart."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api.conftest import Server, start_server, stop_server
+from tests.reliability.conftest import Figures, scale
+from tests.reliability.helpers import check_contiguous, pg
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def own_database(postgres_url: str) -> Iterator[str]:
+    """A database of its own: killing every connection to it touches no other test."""
+    name = f"criogen_away_{uuid.uuid4().hex[:8]}"
+    with pg(postgres_url) as db:
+        db.execute(f'CREATE DATABASE "{name}"')
+    yield postgres_url.rsplit("/", 1)[0] + "/" + name
+    with pg(postgres_url) as db:
+        db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["0", "60"], ids=["conn-per-request", "persistent-conn"])
+def db_server(
+    request: pytest.FixtureRequest, tmp_path: Path, own_database: str
+) -> Iterator[Server]:
+    """A server of its own, on a database of its own, whose connections the test kills
+    (short lease: the in-process reaper takes back a run whose worker lost its lease)."""
+    srv = start_server(
+        own_database,
+        tmp_path,
+        CONN_MAX_AGE=request.param,
+        CRIOGEN_LEASE_SECONDS="2",
+        CRIOGEN_SWEEP_SECONDS="1",
+    )
+    yield srv
+    stop_server(srv)
+
+
+def kill_connections(database_url: str) -> int:
+    """Terminate every other connection to the database; how many."""
+    name = database_url.rsplit("/", 1)[1]
+    with pg(database_url) as db:
+        rows = db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        ).fetchall()
+    return len(rows)
+
+
+def test_killed_database_connections_fail_cleanly_or_resume(
+    db_server: Server, figures: Figures
+) -> None:
+    n = scale(20, 6)
+    threads: list[str] = []
+    with db_server.http("alice") as http:
+        for i in range(n):
+            tid = http.post("/threads", json={}).json()["thread_id"]
+            created = http.post(
+                f"/threads/{tid}/runs", json={"assistant_id": "steps", "input": {"n": i}}
+            )
+            assert created.status_code == 200, created.text
+            threads.append(tid)
+    # Kill the server's connections a few times while those runs execute.
+    killed = 0
+    for _ in range(5):
+        killed += kill_connections(db_server.database_url)
+        time.sleep(0.03)
+    figures.crashes_injected += 1
+    # The same process answers again (a request may fail while it reconnects, not after).
+    with db_server.http("alice") as http:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                ok = (
+                    http.get("/ok").status_code == 200
+                    and http.post("/threads/search", json={"limit": 1}).status_code == 200
+                )
+            except httpx.HTTPError:
+                ok = False
+            if ok or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert ok, "the server did not recover without a restart"
+        # Every run settles (the reaper takes back the ones whose worker lost its lease).
+        deadline = time.monotonic() + 60
+        while True:
+            with pg(db_server.database_url) as db:
+                statuses = dict(
+                    db.execute(
+                        "SELECT status, count(*) FROM criogen_run WHERE thread_id = ANY(%s) "
+                        "GROUP BY status",
+                        (threads,),
+                    ).fetchall()
+                )
+            if set(statuses) <= {"success", "error"} or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+    assert set(statuses) <= {"success", "error"}, statuses
+    assert sum(statuses.values()) == n
+    figures.crashes_recovered += 1
+    for tid in threads:
+        check_contiguous(db_server.database_url, tid, figures)
+    with pg(db_server.database_url) as db:
+        bodies = db.execute(
+            "SELECT body FROM criogen_checkpoint WHERE thread_id = ANY(%s)", (threads,)
+        ).fetchall()
+    for (body,) in bodies:
+        json.loads(body)
+    # Afterwards the runner's worker threads (whose connections were killed too) and
+    # the request handlers work again: fresh runs all succeed, first time.
+    kill_connections(db_server.database_url)  # also the connections idle since then
+    with db_server.http("alice") as http:
+        for i in range(8):
+            tid = http.post("/threads", json={}).json()["thread_id"]
+            done = http.post(
+                f"/threads/{tid}/runs/wait", json={"assistant_id": "steps", "input": {"n": i}}
+            )
+            assert done.status_code == 200 and done.json().get("n") == i + 3, done.text
+    print(f"killed {killed} connections; runs: {statuses}")

@@ -48,6 +48,8 @@ OnBusy = Literal["wait", "fail"]
 DURABILITIES: tuple[str, ...] = ("sync", "async", "exit")
 DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_BUSY_TIMEOUT = 60.0
+_ENDS_RUN = frozenset({"completed", "suspended", "failed"})
+"""Statuses of a ``final`` checkpoint that ends the run: its write gives the lease back."""
 
 logger = logging.getLogger("criogen.engine")
 
@@ -168,16 +170,20 @@ class _BackgroundWriter:
         self._lease_id = lease_id
         self._lock = threading.Lock()
         self._queue: list[CheckpointWrite] = []
+        self._releasing: CheckpointWrite | None = None
         self._running = False
         self._idle = threading.Event()
         self._idle.set()
         self._error: BaseException | None = None
 
-    def submit(self, write: CheckpointWrite) -> None:
+    def submit(self, write: CheckpointWrite, *, release: bool = False) -> None:
+        """Queue ``write``; with ``release`` its batch also gives the lease back."""
         with self._lock:
             if self._error is not None:
                 raise self._error
             self._queue.append(write)
+            if release:
+                self._releasing = write
             if self._running:
                 return
             self._running = True
@@ -193,7 +199,10 @@ class _BackgroundWriter:
                     self._idle.set()
                     return
             try:
-                self._storage.write(batch, lease_id=self._lease_id)
+                if batch[-1] is self._releasing:
+                    self._storage.write_and_release(batch, lease_id=self._lease_id)
+                else:
+                    self._storage.write(batch, lease_id=self._lease_id)
                 self._storage.notify(batch)
             except BaseException as exc:  # noqa: BLE001 - handed to the run's thread
                 with self._lock:
@@ -250,6 +259,8 @@ class ActiveRun:
         self._writer: _BackgroundWriter | None = None
         self._lost = False
         self._held = False
+        self._released = False
+        """True once a run-ending write gave the lease back (``close`` has nothing to do)."""
         self._renewed_at = 0.0
 
     # -- lease -----------------------------------------------------------------------
@@ -270,7 +281,16 @@ class ActiveRun:
         """Take the lease (as ``on_busy`` says) and load the head."""
         deadline = time.monotonic() + self.busy_timeout
         delay = 0.002
-        while not self.storage.acquire(self.thread_id, self.run_id, seconds=self.lease_seconds):
+        while True:
+            # One call: on the SQL backends the lease statement also tells the head's
+            # version, so a fresh thread costs one round trip. If reading the head
+            # fails (a wrong encryption key, a lost connection), storage has already
+            # given the lease back.
+            taken, head = self.storage.acquire_head(
+                self.thread_id, self.run_id, seconds=self.lease_seconds
+            )
+            if taken:
+                break
             remaining = deadline - time.monotonic()
             if self.on_busy == "fail" or remaining <= 0:
                 waited = "" if self.on_busy == "fail" else f" after waiting {self.busy_timeout}s"
@@ -282,16 +302,11 @@ class ActiveRun:
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, 0.2)
         self._held = True
+        self._released = False
         self._renewed_at = time.monotonic()
         _heartbeat_for(self.storage).add(self)
-        try:
-            self.head = self.storage.head(self.thread_id)
-        except BaseException:
-            # An unreadable head (a wrong encryption key, a lost connection) must not
-            # keep the thread: give the lease back before the error goes up.
-            self.close(flush=False)
-            raise
-        self.start_from(self.head)
+        self.head = head
+        self.start_from(head)
 
     def start_from(self, checkpoint: Checkpoint | None) -> None:
         """Continue the numbering from ``checkpoint`` (the head, or an imported one)."""
@@ -304,8 +319,10 @@ class ActiveRun:
     def renew(self) -> None:
         """Extend the lease (called by the heartbeat)."""
         self._renewed_at = time.monotonic()
-        if self._held and not self.storage.renew(
-            self.thread_id, self.run_id, seconds=self.lease_seconds
+        if (
+            self._held
+            and not self._released
+            and not self.storage.renew(self.thread_id, self.run_id, seconds=self.lease_seconds)
         ):
             self._lost = True
 
@@ -321,8 +338,23 @@ class ActiveRun:
                 raise
         finally:
             _heartbeat_for(self.storage).remove(self)
-            self.storage.release(self.thread_id, self.run_id)
+            if not self._released:
+                self.storage.release(self.thread_id, self.run_id)
             self._held = False
+            self._released = False
+
+    def _retake(self) -> None:
+        """Take the lease again after a run-ending write gave it back (a caller that
+        writes on after a completed, suspended or failed checkpoint)."""
+        if not self.storage.acquire(self.thread_id, self.run_id, seconds=self.lease_seconds):
+            raise LeaseLost(
+                f"run {self.run_id} gave thread {self.thread_id!r} back and another run "
+                "has taken it since.",
+                thread_id=self.thread_id,
+            )
+        self._released = False
+        self._renewed_at = time.monotonic()
+        _heartbeat_for(self.storage).add(self)
 
     # -- checkpoints -----------------------------------------------------------------
 
@@ -347,12 +379,16 @@ class ActiveRun:
         """Record a checkpoint; return it, or None when ``exit`` durability defers it.
 
         ``final`` marks the run's last checkpoint (completed, suspended, failed): it is
-        always written, also with ``exit``. ``value_versions`` is only for forks, which
+        always written, also with ``exit``; when its status ends the run (completed,
+        suspended, failed) the same write gives the lease back (a later write takes it
+        again). ``value_versions`` is only for forks, which
         copy another checkpoint's values instead of storing a delta. ``updates`` (what
         each node returned) goes to storage listeners only. ``parent_id`` is the
         checkpoint this one follows: by default the run's previous one, and for a fork
         the checkpoint it copies (``metadata["forked_from"]``).
         """
+        if self._released:
+            self._retake()
         if self._lost:
             raise LeaseLost(
                 f"run {self.run_id} lost its lease on thread {self.thread_id!r} (its "
@@ -401,12 +437,28 @@ class ActiveRun:
                 self._writer = _BackgroundWriter(self.storage, self.run_id)
             self._writer.submit(write)
         else:
-            if self._writer is not None:
-                self._writer.submit(write)
-                self._writer.flush()
-            else:
-                self.storage.write([write], lease_id=self.run_id)
-                self.storage.notify([write])
+            # The run's last write gives the lease back in the same transaction (one
+            # statement and one commit less per run). The heartbeat stops first so it
+            # cannot renew a lease that is gone; if the write fails the lease is still
+            # held, the heartbeat resumes, and close() releases it.
+            release = final and status in _ENDS_RUN
+            if release:
+                _heartbeat_for(self.storage).remove(self)
+            try:
+                if self._writer is not None:
+                    self._writer.submit(write, release=release)
+                    self._writer.flush()
+                elif release:
+                    self.storage.write_and_release([write], lease_id=self.run_id)
+                    self.storage.notify([write])
+                else:
+                    self.storage.write([write], lease_id=self.run_id)
+                    self.storage.notify([write])
+            except BaseException:
+                if release:
+                    _heartbeat_for(self.storage).add(self)
+                raise
+            self._released = release
         self._tip_version, self._tip_values, self._tip_id = version, value_versions, checkpoint.id
         self._tip_bases = value_bases
         self.last = checkpoint

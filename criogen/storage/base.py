@@ -210,6 +210,35 @@ class Storage(ABC):
     def release(self, thread_id: str, lease_id: str) -> None:
         """Give the thread back; a no-op when ``lease_id`` no longer holds it."""
 
+    def acquire_head(
+        self, thread_id: str, lease_id: str, *, seconds: float
+    ) -> tuple[bool, Checkpoint | None]:
+        """Take the lease as :meth:`acquire` does and, if taken, read the head.
+
+        Returns ``(False, None)`` when another live lease holds the thread, else
+        ``(True, head)``. If reading the head fails, the lease is given back before the
+        error goes up. Backends override this to take the lease and learn the head in
+        fewer round trips; this default is ``acquire`` then ``head``.
+        """
+        if not self.acquire(thread_id, lease_id, seconds=seconds):
+            return False, None
+        try:
+            return True, self.head(thread_id)
+        except BaseException:
+            self.release(thread_id, lease_id)
+            raise
+
+    def write_and_release(self, writes: Sequence[CheckpointWrite], *, lease_id: str) -> None:
+        """Append checkpoints as :meth:`write` does, then give the lease back.
+
+        For a run's last write. Backends override this to release the lease in the
+        write itself (one transaction, one commit); when the write fails nothing is
+        written and the lease is still held. This default is ``write`` then ``release``.
+        """
+        self.write(writes, lease_id=lease_id)
+        for thread_id in dict.fromkeys(w.checkpoint.thread_id for w in writes):
+            self.release(thread_id, lease_id)
+
     @abstractmethod
     def thread_info(self, thread_id: str) -> ThreadInfo | None:
         """The thread's head version, head status and live lease; None if unknown."""

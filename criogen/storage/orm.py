@@ -4,12 +4,14 @@ The models (:mod:`criogen.storage.models`) own the schema; this module reads and
 writes checkpoints with raw SQL through Django's own connection, because that path
 runs once per step and the ORM's per-row cost would dominate it. Each checkpoint
 write is one transaction: on PostgreSQL one statement (the head update and both
-inserts in data-modifying CTEs, so one round trip and one commit); on SQLite a short
-``BEGIN IMMEDIATE`` transaction.
+inserts in data-modifying CTEs, so one round trip and one commit, prepared); on SQLite
+a short ``BEGIN IMMEDIATE`` transaction. A run's last write also gives its lease back,
+and taking a lease tells the head's version (see ``acquire_head``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -50,6 +52,31 @@ __all__ = ["OrmStorage"]
 
 _CHECKPOINT_COLUMNS = "id, version, run_id, source, status, parent_id, created_at, body"
 
+_ACQUIRE_SQL = (
+    "INSERT INTO criogen_thread (id, created_at, updated_at, metadata, head_version,"
+    " head_id, head_status, lease_id, lease_expires)"
+    " VALUES (%s, %s, %s, '{}', 0, '', '', %s, %s)"
+    " ON CONFLICT (id) DO UPDATE SET lease_id = excluded.lease_id,"
+    " lease_expires = excluded.lease_expires"
+    " WHERE criogen_thread.lease_id IS NULL OR criogen_thread.lease_id = %s"
+    " OR criogen_thread.lease_expires < %s"
+    " RETURNING head_version"
+)
+_RELEASE = ", lease_id = NULL, lease_expires = 0"
+"""Added to a run's last head update: the write gives the lease back itself."""
+_CP_INSERT = (
+    " cps AS (INSERT INTO criogen_checkpoint (id, thread_id, version, run_id, source, status,"
+    " parent_id, created_at, body)"
+)
+_VALUE_INSERT = "INSERT INTO criogen_value (thread_id, state_key, version, kind, prev, data)"
+_CP_ROW = (
+    "%s::varchar, %s::varchar, %s::int, %s::varchar, %s::varchar, %s::varchar, %s::varchar,"
+    " %s::timestamptz, %s::text"
+)
+_VALUE_ROW = "(%s::varchar, %s::varchar, %s::int, %s::varchar, %s::int, %s::text)"
+_SCALAR_VALUE_ROWS = 8
+"""Up to this many value rows, a one-checkpoint write binds scalars instead of arrays."""
+
 
 class OrmStorage(Storage):
     """Threads and checkpoints in the Django database ``alias`` (SQLite or PostgreSQL)."""
@@ -81,6 +108,33 @@ class OrmStorage(Storage):
     def _cursor(self) -> Any:
         return connections[self.alias].cursor()
 
+    def _pg_run(self, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
+        """Run one hot statement on PostgreSQL, prepared; its rows (``fetch``) or row count.
+
+        Django's psycopg backend binds parameters client-side and never prepares; on the
+        checkpoint path, quoting parameters and planning the statement were most of the
+        client's and much of the server's time. This runs the statement on Django's own
+        connection (its transactions, thread checks, error translation and query
+        logging still apply) through a server-binding psycopg cursor that prepares:
+        psycopg prepares each statement text once per connection, then sends only the
+        parameters. ``OPTIONS={"prepare_threshold": None}`` set explicitly on the
+        database (e.g. behind a pooler that cannot keep prepared statements) turns the
+        preparing off; so does query logging (``DEBUG``), which needs the SQL text.
+        """
+        connection = connections[self.alias]
+        if connection.queries_logged:
+            # DEBUG or a query capture: Django logs a server-bound statement's SQL as
+            # None, so take its own cursor (client-side binding) and log the full text.
+            cursor = connection.cursor()
+        else:
+            connection.ensure_connection()
+            with connection.wrap_database_errors:
+                raw = _server_cursor(connection)
+            cursor = connection._prepare_cursor(raw)
+        with cursor as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if fetch else cur.rowcount
+
     def _time(self, value: Any) -> datetime:
         if isinstance(value, datetime):
             return value if value.tzinfo else value.replace(tzinfo=UTC)
@@ -94,21 +148,38 @@ class OrmStorage(Storage):
     # -- leases ------------------------------------------------------------------------
 
     def acquire(self, thread_id: str, lease_id: str, *, seconds: float) -> bool:
+        return self._acquire(thread_id, lease_id, seconds) is not None
+
+    def _acquire(self, thread_id: str, lease_id: str, seconds: float) -> int | None:
+        """Take the lease in one statement; the thread's head version, or None if busy."""
         now = time.time()
         stamp = self._db_time(datetime.now(UTC))
-        # One statement: create the thread, or take it if no live lease holds it.
-        with self._cursor() as cur:
-            cur.execute(
-                "INSERT INTO criogen_thread (id, created_at, updated_at, metadata, head_version,"
-                " head_id, head_status, lease_id, lease_expires)"
-                " VALUES (%s, %s, %s, '{}', 0, '', '', %s, %s)"
-                " ON CONFLICT (id) DO UPDATE SET lease_id = excluded.lease_id,"
-                " lease_expires = excluded.lease_expires"
-                " WHERE criogen_thread.lease_id IS NULL OR criogen_thread.lease_id = %s"
-                " OR criogen_thread.lease_expires < %s",
-                [thread_id, stamp, stamp, lease_id, now + seconds, lease_id, now],
-            )
-            return cur.rowcount == 1
+        # One statement: create the thread, or take it if no live lease holds it. The
+        # head version comes back with it, so a fresh thread needs no head read.
+        params = [thread_id, stamp, stamp, lease_id, now + seconds, lease_id, now]
+        if self.vendor == "postgresql":
+            rows = self._pg_run(_ACQUIRE_SQL, params, fetch=True)
+        else:
+            with self._cursor() as cur:
+                cur.execute(_ACQUIRE_SQL, params)
+                # fetchall: SQLite finishes (and commits) the statement only when every
+                # row has been read.
+                rows = cur.fetchall()
+        return rows[0][0] if rows else None
+
+    def acquire_head(
+        self, thread_id: str, lease_id: str, *, seconds: float
+    ) -> tuple[bool, Checkpoint | None]:
+        version = self._acquire(thread_id, lease_id, seconds)
+        if version is None:
+            return False, None
+        if not version:
+            return True, None
+        try:
+            return True, self.head(thread_id)
+        except BaseException:
+            self.release(thread_id, lease_id)
+            raise
 
     def renew(self, thread_id: str, lease_id: str, *, seconds: float) -> bool:
         with self._cursor() as cur:
@@ -143,23 +214,80 @@ class OrmStorage(Storage):
     # -- writes ------------------------------------------------------------------------
 
     def write(self, writes: Sequence[CheckpointWrite], *, lease_id: str | None) -> None:
+        self._write(writes, lease_id, release=False)
+
+    def write_and_release(self, writes: Sequence[CheckpointWrite], *, lease_id: str) -> None:
+        # The lease is cleared by the same UPDATE that moves the head: no separate
+        # statement, no separate commit. (A run writes one thread; a batch over several
+        # takes the generic path.)
+        if len({w.checkpoint.thread_id for w in writes}) != 1:
+            super().write_and_release(writes, lease_id=lease_id)
+            return
+        self._write(writes, lease_id, release=True)
+
+    def _write(
+        self, writes: Sequence[CheckpointWrite], lease_id: str | None, *, release: bool
+    ) -> None:
         if not writes:
             return
         by_thread = _by_thread(writes)
+        release = release and lease_id is not None
         with self._write_errors(writes, "checkpoint write"):
             if self.vendor == "postgresql" and len(by_thread) == 1:
                 ((thread_id, group),) = by_thread.items()
-                if not self._write_pg(thread_id, group, lease_id):
+                if not self._write_pg(thread_id, group, lease_id, release):
                     self._refused(thread_id, group[0].after, lease_id)
                 return
+            connection = connections[self.alias]
+            if (
+                self.vendor == "sqlite"
+                and not connection.in_atomic_block
+                and connection.get_autocommit()
+            ):
+                self._write_sqlite(by_thread, lease_id, release)
+                return
             with transaction.atomic(using=self.alias):
-                self._write_groups(by_thread, lease_id)
+                self._write_groups(by_thread, lease_id, release)
+
+    def _write_sqlite(
+        self,
+        by_thread: dict[str, list[CheckpointWrite]],
+        lease_id: str | None,
+        release: bool,
+    ) -> None:
+        """One ``BEGIN IMMEDIATE … COMMIT`` on Django's SQLite connection (autocommit).
+
+        Django's ``atomic()`` costs more Python per write than the statements do (it
+        switches autocommit off and on and keeps savepoint state); outside an atomic
+        block the connection is in autocommit, so an explicit transaction on the same
+        cursor is all the write needs. ``IMMEDIATE`` takes the write lock up front, so
+        two writers queue on the busy timeout instead of failing at the first write.
+        """
+        refused: tuple[str, int] | None = None
+        with self._cursor() as cur:
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                for thread_id, group in by_thread.items():
+                    if not self._write_sql(thread_id, group, lease_id, release, cur):
+                        refused = (thread_id, group[0].after)
+                        break
+            except BaseException:
+                # SQLite rolls some failures back by itself: only end a live transaction.
+                if connections[self.alias].connection.in_transaction:
+                    cur.execute("ROLLBACK")
+                raise
+            cur.execute("ROLLBACK" if refused else "COMMIT")
+        if refused is not None:
+            self._refused(*refused, lease_id)
 
     def _write_groups(
-        self, by_thread: dict[str, list[CheckpointWrite]], lease_id: str | None
+        self,
+        by_thread: dict[str, list[CheckpointWrite]],
+        lease_id: str | None,
+        release: bool = False,
     ) -> None:
         for thread_id, group in by_thread.items():
-            if not self._write_sql(thread_id, group, lease_id):
+            if not self._write_sql(thread_id, group, lease_id, release):
                 self._refused(thread_id, group[0].after, lease_id)
 
     @contextmanager
@@ -214,66 +342,89 @@ class OrmStorage(Storage):
         ]
 
     def _write_sql(
-        self, thread_id: str, group: Sequence[CheckpointWrite], lease_id: str | None
+        self,
+        thread_id: str,
+        group: Sequence[CheckpointWrite],
+        lease_id: str | None,
+        release: bool = False,
+        cursor: Any = None,
     ) -> bool:
-        with self._cursor() as cur:
+        with contextlib.nullcontext(cursor) if cursor is not None else self._cursor() as cur:
             cur.execute(
-                "UPDATE criogen_thread SET head_version = %s, head_id = %s, head_status = %s,"
-                " updated_at = %s WHERE id = %s AND head_version = %s"
-                " AND (lease_id = %s OR %s IS NULL)",
+                "UPDATE criogen_thread SET head_version = %s, head_id = %s, head_status = %s,"  # noqa: S608
+                f" updated_at = %s{_RELEASE if release else ''} WHERE id = %s"
+                " AND head_version = %s AND (lease_id = %s OR %s IS NULL)",
                 [*self._head_params(group), thread_id, group[0].after, lease_id, lease_id],
             )
             if cur.rowcount != 1:
                 return False
-            cur.executemany(
+            # One multi-row INSERT per table: executemany's per-row round trips through
+            # Django's wrapper cost more than building the VALUES list.
+            _insert_rows(
+                cur,
                 "INSERT INTO criogen_checkpoint (id, thread_id, version, run_id, source, status,"
-                " parent_id, created_at, body) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                " parent_id, created_at, body) VALUES ",
                 self._checkpoint_rows(group),
             )
-            values = self._value_rows(group)
-            if values:
-                cur.executemany(
-                    "INSERT INTO criogen_value (thread_id, state_key, version, kind, prev, data)"
-                    " VALUES (%s, %s, %s, %s, %s, %s)",
-                    values,
-                )
+            _insert_rows(
+                cur,
+                "INSERT INTO criogen_value (thread_id, state_key, version, kind, prev, data)"
+                " VALUES ",
+                self._value_rows(group),
+            )
         return True
 
     def _write_pg(
-        self, thread_id: str, group: Sequence[CheckpointWrite], lease_id: str | None
+        self,
+        thread_id: str,
+        group: Sequence[CheckpointWrite],
+        lease_id: str | None,
+        release: bool = False,
     ) -> bool:
         # One statement, so one round trip and (in autocommit) one commit. The inserts
         # read from the UPDATE's RETURNING: when the head moved or the lease was lost
-        # the UPDATE matches nothing and nothing is inserted.
-        cps = list(zip(*self._checkpoint_rows(group), strict=True))
+        # the UPDATE matches nothing and nothing is inserted. Prepared (see _pg_run):
+        # the SQL text depends only on the batch's shape, so a run's statements reuse
+        # a handful of plans.
+        checkpoints = self._checkpoint_rows(group)
         values = self._value_rows(group)
-        vals = list(zip(*values, strict=True)) if values else [[]] * 6
-        with self._cursor() as cur:
-            cur.execute(
-                "WITH head AS ("
-                " UPDATE criogen_thread SET head_version = %s, head_id = %s, head_status = %s,"
-                " updated_at = %s WHERE id = %s AND head_version = %s"
-                " AND (lease_id = %s OR %s::varchar IS NULL) RETURNING id),"
-                " cps AS (INSERT INTO criogen_checkpoint (id, thread_id, version, run_id, source,"
-                " status, parent_id, created_at, body)"
-                " SELECT c.* FROM head, unnest(%s::varchar[], %s::varchar[], %s::int[],"
-                " %s::varchar[], %s::varchar[], %s::varchar[], %s::varchar[],"
-                " %s::timestamptz[], %s::text[]) AS c),"
-                " vals AS (INSERT INTO criogen_value (thread_id, state_key, version, kind, prev,"
-                " data) SELECT v.* FROM head, unnest(%s::varchar[], %s::varchar[], %s::int[],"
-                " %s::varchar[], %s::int[], %s::text[]) AS v)"
-                " SELECT count(*) FROM head",
-                [
-                    *self._head_params(group),
-                    thread_id,
-                    group[0].after,
-                    lease_id,
-                    lease_id,
-                    *(list(col) for col in cps),
-                    *(list(col) for col in vals),
-                ],
+        head = (
+            "WITH head AS (UPDATE criogen_thread SET head_version = %s, head_id = %s,"  # noqa: S608
+            f" head_status = %s, updated_at = %s{_RELEASE if release else ''}"
+            " WHERE id = %s AND head_version = %s"
+            " AND (lease_id = %s OR %s::varchar IS NULL) RETURNING id),"
+        )
+        params: list[Any] = [
+            *self._head_params(group),
+            thread_id,
+            group[0].after,
+            lease_id,
+            lease_id,
+        ]
+        if len(checkpoints) == 1 and len(values) <= _SCALAR_VALUE_ROWS:
+            # The usual single checkpoint: scalar parameters. Turning them into 15
+            # arrays cost more client CPU than the statement's execution.
+            sql = head + _CP_INSERT + f" SELECT {_CP_ROW} FROM head)"  # noqa: S608
+            params += checkpoints[0]
+            if values:
+                rows = ", ".join([_VALUE_ROW] * len(values))
+                sql += f", vals AS ({_VALUE_INSERT} SELECT v.* FROM head, (VALUES {rows}) AS v)"  # noqa: S608
+                for row in values:
+                    params += row
+        else:
+            cps = list(zip(*checkpoints, strict=True))
+            vals = list(zip(*values, strict=True)) if values else [[]] * 6
+            sql = (
+                head + _CP_INSERT + " SELECT c.* FROM head, unnest(%s::varchar[],"  # noqa: S608
+                " %s::varchar[], %s::int[], %s::varchar[], %s::varchar[], %s::varchar[],"
+                " %s::varchar[], %s::timestamptz[], %s::text[]) AS c),"
+                f" vals AS ({_VALUE_INSERT} SELECT v.* FROM head, unnest(%s::varchar[],"
+                " %s::varchar[], %s::int[], %s::varchar[], %s::int[], %s::text[]) AS v)"
             )
-            return bool(cur.fetchone()[0])
+            params += [list(col) for col in cps]
+            params += [list(col) for col in vals]
+        rows = self._pg_run(sql + " SELECT count(*) FROM head", params, fetch=True)  # noqa: S608
+        return bool(rows[0][0])
 
     def _refused(self, thread_id: str, after: int, lease_id: str | None) -> None:
         """Raise the error that explains why a write matched no thread row."""
@@ -762,6 +913,47 @@ class OrmStorage(Storage):
             )
             for e in qs.order_by("-created_at", "-id")[:limit]
         ]
+
+
+_INSERT_CHUNK = 500
+"""Rows per multi-row INSERT: well under SQLite's 32,766 bound parameters."""
+
+
+def _insert_rows(cur: Any, head: str, rows: Sequence[Sequence[Any]]) -> None:
+    """``head`` followed by one ``VALUES`` tuple per row, in chunks of bounded size."""
+    for start in range(0, len(rows), _INSERT_CHUNK):
+        chunk = rows[start : start + _INSERT_CHUNK]
+        row = "(" + ", ".join(["%s"] * len(chunk[0])) + ")"
+        # Only placeholders are added to the SQL text.
+        cur.execute(head + ", ".join([row] * len(chunk)), [p for r in chunk for p in r])
+
+
+_cursor_classes: dict[bool, Any] = {}
+_PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
+
+
+def _server_cursor(connection: Any) -> Any:
+    """A server-binding psycopg cursor on Django's connection, preparing by default."""
+    options = connection.settings_dict.get("OPTIONS") or {}
+    prepare = not ("prepare_threshold" in options and options["prepare_threshold"] is None)
+    cls = _cursor_classes.get(prepare)
+    if cls is None:
+        import psycopg
+
+        class PreparingCursor(psycopg.Cursor):  # type: ignore[type-arg]
+            def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+                kwargs.setdefault("prepare", prepare)
+                return super().execute(query, params, **kwargs)
+
+        cls = _cursor_classes[prepare] = PreparingCursor
+    raw = connection.connection
+    if prepare and raw.prepare_threshold is None:
+        # Django turns psycopg's preparing off (prepare_threshold None), and then even
+        # prepare=True does nothing. A threshold no statement reaches prepares only
+        # what asks for it: these statements (Django's own cursors bind client-side
+        # and never prepare).
+        raw.prepare_threshold = _PREPARE_ONLY_WHEN_ASKED
+    return cls(raw)
 
 
 def _by_thread(writes: Sequence[CheckpointWrite]) -> dict[str, list[CheckpointWrite]]:

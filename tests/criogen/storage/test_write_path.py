@@ -1,0 +1,147 @@
+"""The write path's round trips: the lease travels with the checkpoint statements.
+
+A run learns the head from the statement that takes its lease and gives the lease back
+in the transaction of its last checkpoint; the lease stays real in between (another
+caller sees the live run) and the thread row's compare-and-set stays the guard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connections, transaction
+
+from criogen import START, Storage, Workflow
+from criogen.engine.errors import ThreadBusy
+from criogen.engine.runner import ActiveRun
+from criogen.engine.state import apply_update
+
+
+def three_steps(seen: list[Any], storage: Storage, thread_id: str) -> Workflow:
+    """START -> a -> b -> c; ``b`` records what another caller sees of the thread."""
+
+    def b(state: dict[str, Any]) -> dict[str, Any]:
+        seen.append(storage.thread_info(thread_id))
+        return {"b": 1}
+
+    wf = Workflow()
+    wf.add_node("a", lambda s: {"a": 1})
+    wf.add_node("b", b)
+    wf.add_node("c", lambda s: {"c": 1})
+    wf.add_edge(START, "a").add_edge("a", "b").add_edge("b", "c")
+    return wf
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_a_run_is_live_while_it_works_and_gives_the_thread_back_in_its_last_write(
+    storage: Storage, thread_id: str, durability: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Any] = []
+    releases: list[str] = []
+    release = storage.release
+    monkeypatch.setattr(
+        storage, "release", lambda tid, lid: (releases.append(lid), release(tid, lid))[-1]
+    )
+    app = three_steps(seen, storage, thread_id).compile(storage=storage, durability=durability)
+    result = app.thread(thread_id).run({"x": 1})
+
+    assert result.state == {"x": 1, "a": 1, "b": 1, "c": 1}
+    (during,) = seen
+    assert during is not None and during.lease_id is not None  # a live run, seen from outside
+    after = storage.thread_info(thread_id)
+    assert after is not None and after.lease_id is None
+    assert after.head_version == (4 if durability != "exit" else 1)
+    if storage.url != "memory://":
+        # The SQL backends clear the lease in the last write: no release statement.
+        assert releases == []
+
+
+def test_a_run_that_writes_on_after_its_last_checkpoint_takes_the_lease_again(
+    storage: Storage, thread_id: str
+) -> None:
+    with ActiveRun(storage, thread_id, durability="sync") as run:
+        state, delta = apply_update({}, {"n": 1}, {}, origin="test")
+        run.write(source="input", status="completed", state=state, delta=delta, final=True)
+        info = storage.thread_info(thread_id)
+        assert info is not None and info.lease_id is None
+        state, delta = apply_update(state, {"n": 2}, {}, origin="test")
+        run.write(source="loop", status="in_progress", state=state, delta=delta)
+        info = storage.thread_info(thread_id)
+        assert info is not None and info.lease_id == run.run_id
+        with pytest.raises(ThreadBusy):
+            ActiveRun(storage, thread_id, on_busy="fail").open()
+    info = storage.thread_info(thread_id)
+    assert info is not None and info.lease_id is None and info.head_version == 2
+    head = storage.head(thread_id)
+    assert head is not None and head.state == {"n": 2}
+
+
+def test_taking_the_lease_also_tells_the_head(storage: Storage, thread_id: str) -> None:
+    assert storage.acquire_head(thread_id, "run-1", seconds=30) == (True, None)
+    with ActiveRun(storage, thread_id, run_id="run-1", durability="sync") as run:
+        state, delta = apply_update({}, {"n": 1}, {}, origin="test")
+        run.write(source="input", status="completed", state=state, delta=delta, final=True)
+    taken, head = storage.acquire_head(thread_id, "run-2", seconds=30)
+    assert taken and head is not None and head.version == 1 and head.state == {"n": 1}
+    assert storage.acquire_head(thread_id, "run-3", seconds=30) == (False, None)
+    storage.release(thread_id, "run-2")
+
+
+def test_the_last_write_refuses_a_run_that_lost_its_lease(storage: Storage, thread_id: str) -> None:
+    from criogen.engine.errors import LeaseLost
+
+    run = ActiveRun(storage, thread_id, durability="sync", lease_seconds=30)
+    run.open()
+    try:
+        storage.release(thread_id, run.run_id)  # as if it had expired…
+        assert storage.acquire(thread_id, "usurper", seconds=30)  # …and been taken over
+        state, delta = apply_update({}, {"n": 1}, {}, origin="test")
+        with pytest.raises(LeaseLost):
+            run.write(source="input", status="completed", state=state, delta=delta, final=True)
+        info = storage.thread_info(thread_id)
+        assert info is not None and info.lease_id == "usurper" and info.head_version == 0
+    finally:
+        run.close(flush=False, raise_errors=False)
+        storage.release(thread_id, "usurper")
+
+
+@pytest.mark.parametrize("storage_url", ["sqlite", "postgres"], indirect=True)
+def test_a_run_inside_an_outer_transaction_rolls_back_with_it(
+    storage: Storage, thread_id: str
+) -> None:
+    alias = storage.alias  # type: ignore[attr-defined]
+    app = three_steps([], storage, thread_id).compile(storage=storage, durability="sync")
+    with pytest.raises(RuntimeError), transaction.atomic(using=alias):
+        app.thread(thread_id).run({"x": 1})
+        assert storage.thread_info(thread_id).head_version == 4  # type: ignore[union-attr]
+        raise RuntimeError("roll it all back")
+    assert storage.thread_info(thread_id) is None
+    assert app.thread(thread_id).run({"x": 2}).state["c"] == 1
+
+
+@pytest.mark.parametrize("storage_url", ["postgres"], indirect=True)
+def test_the_checkpoint_statements_are_prepared_on_postgres(
+    storage: Storage, thread_id: str
+) -> None:
+    app = three_steps([], storage, thread_id).compile(storage=storage, durability="sync")
+    app.thread(thread_id).run({"x": 1})
+    with connections[storage.alias].cursor() as cur:  # type: ignore[attr-defined]
+        cur.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cur.fetchall()]
+    assert any(s.startswith("INSERT INTO criogen_thread") for s in prepared), prepared
+    assert any(s.startswith("WITH head AS (UPDATE criogen_thread") for s in prepared)
+
+
+@pytest.mark.parametrize("storage_url", ["sqlite", "postgres"], indirect=True)
+def test_the_write_path_shows_in_djangos_query_log(storage: Storage, thread_id: str) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    app = three_steps([], storage, thread_id).compile(storage=storage, durability="sync")
+    with CaptureQueriesContext(connections[storage.alias]) as log:  # type: ignore[attr-defined]
+        app.thread(thread_id).run({"x": 1})
+    sql = [q["sql"] for q in log.captured_queries]
+    assert sum(s.startswith("INSERT INTO criogen_thread") for s in sql) == 1
+    assert not any(s.startswith("UPDATE criogen_thread SET lease_id = NULL") for s in sql)
+    writes = [s for s in sql if "UPDATE criogen_thread SET head_version" in s]
+    assert len(writes) == 4 and "lease_id = NULL" in writes[-1]

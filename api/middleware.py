@@ -59,31 +59,6 @@ def _too_large(request: HttpRequest) -> HttpResponse | None:
     return None
 
 
-class BodySizeLimitMiddleware:
-    """Answer ``413`` to a request body over ``CRIOGEN_MAX_BODY_BYTES`` (sync and async)."""
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
-        if self.is_async:
-            return self._acall(request)
-        refused = _too_large(request)
-        return refused if refused is not None else self.get_response(request)
-
-    async def _acall(self, request: HttpRequest) -> HttpResponse:
-        refused = _too_large(request)
-        if refused is not None:
-            return refused
-        return await self.get_response(request)
-
-
 def _locked_out(request: HttpRequest) -> HttpResponse | None:
     """The 429 for a token-carrying request from a locked-out client IP, or None."""
     if not (request.headers.get("Authorization") or request.headers.get("x-api-key")):
@@ -101,11 +76,18 @@ def _locked_out(request: HttpRequest) -> HttpResponse | None:
     return response
 
 
-class AuthFailureLimitMiddleware:
-    """Answer ``429`` with ``Retry-After`` to a client IP over the bad-token limit."""
+class _Gate:
+    """A middleware that answers early when ``refuse(request)`` returns a response,
+    and otherwise passes the request on (sync and async)."""
 
     sync_capable = True
     async_capable = True
+    off_loop = False
+    """Run ``refuse`` in a worker thread under ASGI (it may do I/O)."""
+
+    @staticmethod
+    def refuse(request: HttpRequest) -> HttpResponse | None:
+        raise NotImplementedError
 
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
@@ -116,13 +98,27 @@ class AuthFailureLimitMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
         if self.is_async:
             return self._acall(request)
-        refused = _locked_out(request)
+        refused = self.refuse(request)
         return refused if refused is not None else self.get_response(request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponse:
-
-        # The cache may do I/O (a shared cache in production): off the event loop.
-        refused = await sync_to_async(_locked_out)(request)
+        if self.off_loop:
+            refused = await sync_to_async(self.refuse)(request)
+        else:
+            refused = self.refuse(request)
         if refused is not None:
             return refused
         return await self.get_response(request)
+
+
+class BodySizeLimitMiddleware(_Gate):
+    """Answer ``413`` to a request body over ``CRIOGEN_MAX_BODY_BYTES``."""
+
+    refuse = staticmethod(_too_large)
+
+
+class AuthFailureLimitMiddleware(_Gate):
+    """Answer ``429`` with ``Retry-After`` to a client IP over the bad-token limit."""
+
+    refuse = staticmethod(_locked_out)
+    off_loop = True  # the cache may do I/O (a shared cache in production)

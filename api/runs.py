@@ -31,15 +31,17 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, get_args
 
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from api import threads
 from api.auth import Principal
+from api.schemas import StreamModeName
 from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.errors import InvalidArgument
+from criogen.services.runs import ENDED
 from criogen.storage.models import Checkpoint as CheckpointRow
 from criogen.storage.models import Run, Thread
 
@@ -55,18 +57,7 @@ __all__ = [
 
 logger = logging.getLogger("api.runs")
 
-STREAM_MODES = (
-    "values",
-    "updates",
-    "messages",
-    "messages-tuple",
-    "events",
-    "debug",
-    "custom",
-    "checkpoints",
-    "tasks",
-)
-ENDED = ("success", "error", "interrupted", "timeout")
+STREAM_MODES: tuple[str, ...] = get_args(StreamModeName)
 HEARTBEAT_SECONDS = 10.0
 
 

@@ -15,14 +15,17 @@ It prints ONE JSON document on stdout; progress goes to stderr. What it measures
   PostgreSQL (a fresh database created on 127.0.0.1 and dropped at the end), for each
   durability mode. A *step* is one node step (3 per run); ``checkpoints_per_run`` is
   what the engine wrote (input + 3 steps, or 1 with ``exit``).
-- ``statements``: SQL statements, ``executemany`` calls and durable commits per run,
-  counted through Django's cursor in a short untimed pass (all threads, heartbeat
-  included).
+- ``statements``: SQL statements, ``executemany`` calls, durable commits and relaxed
+  (lease) commits per run in a short untimed pass (all threads, heartbeat included):
+  through Django's cursor on PostgreSQL, from sqlite3's statement trace on SQLite.
 - ``growth``: a thread whose ``steps`` list (append reducer) grows by one item per
   step; the bytes stored for the checkpoint at step 10 and at step 500 (octet length
   of the checkpoint body plus its value rows, read from the tables), their ratio, the
   size the full state would take, and the time to read the head state at step 10 and
   at step 500.
+- ``history_depth``: a thread of ``--history-depth`` checkpoints (50,000) whose state
+  does not grow; a history page of 10 just after checkpoint 50 and the newest page,
+  an old checkpoint read by id and the head: paged reads cost the same at any depth.
 - ``machine``: cores, CPU, load, Python, SQLite and PostgreSQL versions and settings.
 
 The machine is shared and the numbers are noisy: compare ratios from one run.
@@ -237,34 +240,81 @@ def sqlite_facts(path: str) -> dict[str, Any]:
     }
 
 
-# -- counting statements through Django's cursor --------------------------------------
+# -- counting statements and commits -----------------------------------------------
 
 
 class StatementCounter:
-    """Counts SQL sent through Django's CursorWrapper and commits, in every thread."""
+    """Counts the SQL a database runs and its commits, in every thread.
+
+    PostgreSQL: statements sent through Django's CursorWrapper (the storage's prepared
+    statements go through it too). SQLite: the storage runs its hot statements on
+    sqlite3's own cursor, so Django's wrapper does not see them; there the counter
+    reads sqlite3's trace of every statement each connection runs, BEGIN and COMMIT
+    included. A commit is *durable* when it waits for the disk; lease statements
+    commit without waiting (``synchronous_commit`` off / ``synchronous = NORMAL``)
+    and are counted as ``relaxed_commits``.
+    """
+
+    _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.execute = 0
         self.executemany = 0
         self.commits = 0
-        self.autocommit_writes = 0
+        self.relaxed_commits = 0
         self.kinds: dict[str, int] = {}
+        self._sqlite: dict[int, dict[str, Any]] = {}
 
-    def _count(self, attr: str, sql: str, db: Any) -> None:
-        text = sql.lstrip().upper()
+    def _kind(self, text: str) -> str:
         word = text.split(None, 1)[0] if text else "?"
-        # Outside atomic() a statement that writes is its own durable commit (BEGIN is
-        # Django opening an atomic block on SQLite; reads commit nothing to disk).
-        reads = word in ("SELECT", "BEGIN") or text.startswith("WITH RECURSIVE")
+        self.kinds[word] = self.kinds.get(word, 0) + 1
+        return word
+
+    def _count_pg(self, attr: str, sql: str, db: Any) -> None:
+        text = sql.lstrip().upper()
         with self.lock:
             setattr(self, attr, getattr(self, attr) + 1)
-            self.kinds[word] = self.kinds.get(word, 0) + 1
-            if not db.in_atomic_block and not reads:
-                self.autocommit_writes += 1
+            word = self._kind(text)
+            if db.in_atomic_block or word == "SELECT":
+                return  # committed (or not) by the atomic block
+            if text.startswith("WITH RELAXED"):
+                self.relaxed_commits += 1  # the lease: synchronous_commit off
+            elif word != "WITH" or any(w in text for w in self._WRITES):
+                self.commits += 1  # a write in autocommit is its own transaction
+
+    def _trace_sqlite(self, key: int, sql: str) -> None:
+        text = sql.lstrip().upper()
+        with self.lock:
+            state = self._sqlite.setdefault(key, {"tx": False, "sync": 2})
+            word = text.split(None, 1)[0] if text else "?"
+            if word == "PRAGMA":
+                if text.startswith("PRAGMA SYNCHRONOUS ="):
+                    level = text.split("=", 1)[1].strip()
+                    state["sync"] = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}.get(
+                        level, int(level) if level.isdigit() else 2
+                    )
+                return
+            self.execute += 1
+            self._kind(text)
+            if word == "BEGIN":
+                state["tx"] = True
+            elif word in ("COMMIT", "END"):
+                state["tx"] = False
+                self._commit(state)
+            elif word == "ROLLBACK":
+                state["tx"] = False
+            elif not state["tx"] and (word in self._WRITES or word == "WITH"):
+                self._commit(state)
+
+    def _commit(self, state: dict[str, Any]) -> None:
+        if state["sync"] >= 2:
+            self.commits += 1
+        else:
+            self.relaxed_commits += 1
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator[StatementCounter]:
+    def installed(self, vendor: str) -> Iterator[StatementCounter]:
         from django.db.backends.base.base import BaseDatabaseWrapper
         from django.db.backends.utils import CursorWrapper
 
@@ -272,13 +322,15 @@ class StatementCounter:
         orig_execute = CursorWrapper.execute
         orig_many = CursorWrapper.executemany
         orig_commit = BaseDatabaseWrapper.commit
+        orig_ensure = BaseDatabaseWrapper.ensure_connection
+        traced: list[Any] = []
 
         def execute(self: Any, sql: str, params: Any = None) -> Any:
-            counter._count("execute", sql, self.db)
+            counter._count_pg("execute", sql, self.db)
             return orig_execute(self, sql, params)
 
         def executemany(self: Any, sql: str, param_list: Any) -> Any:
-            counter._count("executemany", sql, self.db)
+            counter._count_pg("executemany", sql, self.db)
             return orig_many(self, sql, param_list)
 
         def commit(self: Any) -> Any:
@@ -286,23 +338,39 @@ class StatementCounter:
                 counter.commits += 1
             return orig_commit(self)
 
-        CursorWrapper.execute = execute  # type: ignore[method-assign]
-        CursorWrapper.executemany = executemany  # type: ignore[method-assign]
-        BaseDatabaseWrapper.commit = commit  # type: ignore[method-assign]
+        def ensure_connection(self: Any) -> Any:
+            # Every path to the database passes here first: trace the connection.
+            orig_ensure(self)
+            raw = self.connection
+            if self.vendor == "sqlite" and raw is not None and raw not in traced:
+                key = id(raw)
+                raw.set_trace_callback(lambda sql, k=key: counter._trace_sqlite(k, sql))
+                traced.append(raw)
+
+        if vendor == "sqlite":
+            BaseDatabaseWrapper.ensure_connection = ensure_connection  # type: ignore[method-assign]
+        else:
+            CursorWrapper.execute = execute  # type: ignore[method-assign]
+            CursorWrapper.executemany = executemany  # type: ignore[method-assign]
+            BaseDatabaseWrapper.commit = commit  # type: ignore[method-assign]
         try:
             yield self
         finally:
             CursorWrapper.execute = orig_execute  # type: ignore[method-assign]
             CursorWrapper.executemany = orig_many  # type: ignore[method-assign]
             BaseDatabaseWrapper.commit = orig_commit  # type: ignore[method-assign]
+            BaseDatabaseWrapper.ensure_connection = orig_ensure  # type: ignore[method-assign]
+            for raw in traced:
+                with contextlib.suppress(Exception):  # closed meanwhile
+                    raw.set_trace_callback(None)
 
     def per(self, n: int) -> dict[str, Any]:
         """The counts divided by ``n`` (runs or reads)."""
         return {
             "statements": round((self.execute + self.executemany) / n, 2),
             "executemany_calls": round(self.executemany / n, 2),
-            # Durable commits: atomic() blocks plus writes run in autocommit.
-            "commits": round((self.commits + self.autocommit_writes) / n, 2),
+            "commits": round(self.commits / n, 2),
+            "relaxed_commits": round(self.relaxed_commits / n, 2),
             "by_kind": {k: round(v / n, 2) for k, v in sorted(self.kinds.items())},
         }
 
@@ -393,7 +461,7 @@ def count_statements(app: Any, runs: int = 20) -> dict[str, Any]:
     """Statements and durable commits per run (untimed pass)."""
     app.run(three_node_input())
     counter = StatementCounter()
-    with counter.installed():
+    with counter.installed(app.storage.vendor):
         for _ in range(runs):
             app.run(three_node_input())
     return counter.per(runs)
@@ -497,7 +565,7 @@ def growth(backend: Backend, steps: tuple[int, ...] = GROWTH_STEPS) -> dict[str,
         entry["head_read_us"] = round(time_reads(lambda t=head_tid: storage.head(t)) * 1e6, 1)
         if backend.name != "memory":
             counter = StatementCounter()
-            with counter.installed():
+            with counter.installed(storage.vendor):
                 storage.head(head_tid)
             entry["head_read_statements"] = counter.execute + counter.executemany
         out[f"step_{n}"] = entry
@@ -577,6 +645,57 @@ def parse_list(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
     return items
 
 
+def looping_workflow() -> Any:
+    """One node looping on itself, overwriting a counter, until ``n == target``."""
+    from criogen import END, START, Workflow
+
+    wf = Workflow(name="loop")
+    wf.add_node("tick", lambda state: {"n": state["n"] + 1, "note": f"tick {state['n'] + 1}"})
+    wf.add_edge(START, "tick")
+    wf.add_conditional_edges("tick", lambda s: "tick" if s["n"] < s["target"] else END)
+    return wf
+
+
+def history_depth(backend: Backend, depth: int) -> dict[str, Any]:
+    """History pages near the first checkpoints and near the head of a deep thread.
+
+    A thread of ``depth`` checkpoints whose state does not grow (the payload once, a
+    counter overwritten per step); a page of 10 checkpoints (with their states) just
+    after checkpoint 50 and the newest page, and one old checkpoint read by id: what a
+    history read costs far from the head against next to it.
+    """
+    storage = backend.storage
+    app = looping_workflow().compile(storage=storage, durability="async", max_steps=depth + 10)
+    tid = f"deep-{depth}-{os.getpid()}"
+    t0 = time.perf_counter()
+    app.thread(tid).run({"payload": PAYLOAD, "n": 0, "target": depth - 1})
+    out: dict[str, Any] = {
+        "checkpoints": depth,
+        "build_seconds": round(time.perf_counter() - t0, 1),
+    }
+    if backend.name != "memory":
+        from django.db import connections
+
+        with connections[storage.alias].cursor() as cur:
+            cur.execute("ANALYZE")
+    old_page = storage.history(tid, limit=10, before=61)
+    new_page = storage.history(tid, limit=10)
+    assert [cp.version for cp in old_page] == list(range(60, 50, -1))
+    assert new_page[0].version == depth and new_page[0].state["n"] == depth - 1
+    old_id = old_page[-1].id
+    reads = {
+        "page_at_50_us": lambda: storage.history(tid, limit=10, before=61),
+        f"page_at_{depth}_us": lambda: storage.history(tid, limit=10),
+        "checkpoint_50_us": lambda: storage.get_checkpoint(tid, old_id),
+        f"head_{depth}_us": lambda: storage.head(tid),
+    }
+    for name, read in reads.items():
+        out[name] = round(time_reads(read) * 1e6, 1)
+    out["page_ratio"] = round(out[f"page_at_{depth}_us"] / out["page_at_50_us"], 2)
+    out["checkpoint_vs_head_ratio"] = round(out[f"head_{depth}_us"] / out["checkpoint_50_us"], 2)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="wall-clock budget per cell")
@@ -584,6 +703,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL", DEFAULT_PG_URL))
     parser.add_argument("--no-growth", action="store_true", help="skip the storage growth part")
+    parser.add_argument(
+        "--history-depth",
+        type=int,
+        default=50_000,
+        help="checkpoints in the deep thread whose history pages are timed (0: skip)",
+    )
     parser.add_argument(
         "--profile", metavar="BACKEND:MODE", help="cProfile one cell; print the top to stderr"
     )
@@ -618,6 +743,7 @@ def main(argv: list[str] | None = None) -> int:
         "agent_turns": {},
         "statements": {},
         "growth": {},
+        "history_depth": {},
     }
     with tempfile.TemporaryDirectory(prefix="criogen-bench-") as tmpdir:
         for name in backends:
@@ -666,6 +792,9 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.no_growth:
                     log(f"{name}: growing a thread to {max(GROWTH_STEPS)} steps")
                     report["growth"][name] = growth(backend)
+                if args.history_depth:
+                    log(f"{name}: a thread of {args.history_depth} checkpoints")
+                    report["history_depth"][name] = history_depth(backend, args.history_depth)
             finally:
                 close_backend(backend)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)

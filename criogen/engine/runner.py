@@ -71,7 +71,13 @@ def check_on_busy(value: Any) -> OnBusy:
 
 
 class _Heartbeat:
-    """One daemon thread per storage that renews the leases of its live runs."""
+    """One daemon thread per storage that renews the leases of its live runs.
+
+    The thread stays for ``LINGER`` seconds after the last run ends, so a process that
+    runs one short run after another does not start a thread per run.
+    """
+
+    LINGER = 5.0
 
     def __init__(self, storage: Storage) -> None:
         # Weak: the registry below is keyed weakly by the storage, and a strong
@@ -80,6 +86,8 @@ class _Heartbeat:
         self._runs: dict[str, ActiveRun] = {}
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._interval = float("inf")
+        """How long the loop's current wait lasts (from when it started)."""
 
     def add(self, run: ActiveRun) -> None:
         with self._wake:
@@ -89,7 +97,10 @@ class _Heartbeat:
                     target=self._loop, name="criogen-heartbeat", daemon=True
                 )
                 self._thread.start()
-            self._wake.notify()
+            elif run.lease_seconds / 3 < self._interval:
+                # Wake the loop only when this run needs an earlier renewal than the
+                # wait in progress allows (waking it per run costs a thread switch).
+                self._wake.notify()
 
     def remove(self, run: ActiveRun) -> None:
         with self._wake:
@@ -100,9 +111,14 @@ class _Heartbeat:
             while True:
                 with self._wake:
                     if not self._runs:
-                        self._thread = None
-                        return
+                        self._interval = self.LINGER
+                        self._wake.wait(self.LINGER)
+                        if not self._runs:
+                            self._thread = None
+                            self._interval = float("inf")
+                            return
                     interval = min(r.lease_seconds for r in self._runs.values()) / 3
+                    self._interval = interval
                     self._wake.wait(interval)
                     # add() wakes this loop early to pick up a shorter interval: renew
                     # only the leases that are due, not every lease at every wake-up.

@@ -11,12 +11,23 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from criogen.engine.errors import InvalidArgument, InvalidState
 
-__all__ = ["Change", "Delta", "Reducer", "Reducers", "apply_update", "check_json", "compose"]
+__all__ = [
+    "Change",
+    "Delta",
+    "Reducer",
+    "Reducers",
+    "CheckedUpdate",
+    "apply_update",
+    "check_json",
+    "check_update",
+    "compose",
+    "encode",
+]
 
 Reducer = Literal["overwrite", "append"] | Callable[[Any, Any], Any]
 Reducers = Mapping[str, Reducer]
@@ -34,10 +45,41 @@ class Change:
     """``set``: the key now holds ``value``; ``append``: ``value`` (a list) was added."""
     value: Any
     """The new value (``set``) or the appended items (``append``); plain JSON."""
+    text: str | None = field(default=None, compare=False, repr=False)
+    """``encode(value)`` when the merge already made it (storage writes it as is)."""
 
 
 Delta = dict[str, Change]
 """Key -> what changed; keys that did not change are absent."""
+
+
+def encode(value: Any) -> str:
+    """JSON text of a (validated) state value, compact and deterministic."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def json_copy(value: Any, where: str) -> tuple[Any, str]:
+    """A private copy of ``value`` and its JSON text; InvalidState unless plain JSON.
+
+    One encode and one decode, both in C: the copy equals the value exactly when the
+    value is plain JSON (a tuple, a non-string key or a NaN would not come back the
+    same, or would not encode); only then does the walk in :func:`check_json` run, to
+    name what is wrong. The text is what storage writes, so a value is encoded once.
+    """
+    try:
+        text = encode(value)
+        copy = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        pass
+    else:
+        if copy == value:
+            return copy, text
+    check_json(value, where)
+    raise InvalidState(
+        f"{where} does not survive a JSON round trip unchanged; use plain str, int, "
+        "float, bool, None, list and dict.",
+        key=where,
+    )
 
 
 def check_json(value: Any, where: str) -> None:
@@ -89,25 +131,29 @@ def check_reducers(reducers: Reducers) -> dict[str, Reducer]:
     return checked
 
 
-def apply_update(
-    state: dict[str, Any], update: Any, reducers: Reducers, *, origin: str
-) -> tuple[dict[str, Any], Delta]:
-    """Merge ``update`` into ``state`` and return ``(new_state, delta)``.
+class CheckedUpdate(dict[str, tuple[Any, str]]):
+    """An update that :func:`check_update` validated: key -> (private copy, JSON text).
 
-    ``state`` is not modified (a new dict is returned; unchanged values are shared), so
-    checkpoints already handed out never change. ``origin`` names who produced the update
-    (a node name, ``input``) for error messages. Raises :class:`InvalidState` — before
-    anything is merged — when ``update`` is not a JSON object with string keys.
+    :func:`apply_update` takes it as it is, so input checked before a run takes its
+    thread is not checked, copied and encoded a second time.
     """
-    if update is None:
-        return state, {}
+
+
+def check_update(update: Any, *, origin: str) -> CheckedUpdate | None:
+    """Validate ``update`` (a JSON object with string keys, or None) and copy it.
+
+    ``origin`` names who produced it (a node name, ``input``) for error messages.
+    Raises :class:`InvalidState` when it is not a mapping of plain JSON values.
+    """
+    if update is None or isinstance(update, CheckedUpdate):
+        return update
     if not isinstance(update, Mapping):
         raise InvalidState(
             f"{origin} returned a {type(update).__name__}; return a dict of the state keys "
             "it changes (or None).",
             origin=origin,
         )
-    for key, value in update.items():
+    for key in update:
         if not isinstance(key, str):
             raise InvalidState(
                 f"{origin} returned the key {key!r} of type {type(key).__name__}: "
@@ -123,19 +169,37 @@ def apply_update(
                 key=key,
                 origin=origin,
             )
-        check_json(value, f"state[{key!r}]")
-    # A round trip through JSON gives the node's update its own copy: a node that
-    # mutates what it returned later cannot change a checkpoint.
-    update = json.loads(json.dumps(update))
+    return CheckedUpdate(
+        (key, json_copy(value, f"state[{key!r}]")) for key, value in update.items()
+    )
+
+
+def apply_update(
+    state: dict[str, Any], update: Any, reducers: Reducers, *, origin: str
+) -> tuple[dict[str, Any], Delta]:
+    """Merge ``update`` into ``state`` and return ``(new_state, delta)``.
+
+    ``state`` is not modified (a new dict is returned; unchanged values are shared), so
+    checkpoints already handed out never change. ``origin`` names who produced the update
+    (a node name, ``input``) for error messages. Raises :class:`InvalidState` — before
+    anything is merged — when ``update`` is not a JSON object with string keys. An
+    update from :func:`check_update` is used as it is.
+    """
+    copies = check_update(update, origin=origin)
+    if copies is None:
+        return state, {}
     new_state = dict(state)
     delta: Delta = {}
-    for key, value in update.items():
+    # Each value is a copy (from its JSON text), so a node that mutates what it
+    # returned later cannot change a checkpoint.
+    for key, (value, text) in copies.items():
         reducer = reducers.get(key, "overwrite")
         if reducer == "overwrite":
             new_state[key] = value
-            delta[key] = Change("set", value)
+            delta[key] = Change("set", value, text)
         elif reducer == "append":
-            items = value if isinstance(value, list) else [value]
+            if not isinstance(value, list):
+                value, text = [value], f"[{text}]"
             old = state.get(key)
             if old is None:
                 old = []
@@ -146,13 +210,17 @@ def apply_update(
                     key=key,
                     origin=origin,
                 )
-            new_state[key] = old + items
-            delta[key] = Change("append", items) if key in state else Change("set", old + items)
+            new_state[key] = old + value
+            if key in state:
+                delta[key] = Change("append", value, text)
+            else:
+                delta[key] = Change("set", old + value, text if not old else None)
         else:
-            merged = reducer(state.get(key), value)
-            check_json(merged, f"state[{key!r}] (after its reducer)")
+            merged, text = json_copy(
+                reducer(state.get(key), value), f"state[{key!r}] (after its reducer)"
+            )
             new_state[key] = merged
-            delta[key] = Change("set", merged)
+            delta[key] = Change("set", merged, text)
     return new_state, delta
 
 

@@ -65,6 +65,7 @@ from criogen.engine.state import (
     apply_update,
     check_json,
     check_reducers,
+    check_update,
     compose,
 )
 
@@ -440,10 +441,8 @@ class WorkflowThread:
         Raises ThreadSuspended (head suspended: resume it), ThreadInterrupted (a run
         died mid-way: retry it), ThreadBusy, InvalidState, RunFailed.
         """
-        if input is not None:
-            # Validate before taking the thread, so bad input changes nothing.
-            apply_update({}, input, {}, origin="input")
-        return self._go("turn", input=input, **options)
+        # Validate before taking the thread, so bad input changes nothing.
+        return self._go("turn", input=check_update(input, origin="input"), **options)
 
     def resume(self, value: Any = None, **options: Any) -> RunResult:
         """Answer the pending suspension: the suspended node runs again and its
@@ -498,7 +497,7 @@ class WorkflowThread:
                 f"as_node {as_node!r} is not a node of {self.app.name!r} (nodes: {known}).",
                 field="as_node",
             )
-        apply_update({}, values, {}, origin="update_state")  # validate before locking
+        values = check_update(values, origin="update_state")  # validate before locking
         with self._active(**options) as active:
             head = active.head
             state = head.state if head else {}

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from criogen.engine.checkpoints import Checkpoint, CheckpointWrite
 from criogen.engine.errors import StorageError, UnknownStorageUrl
+from criogen.engine.state import encode
 
 __all__ = [
     "BACKENDS",
@@ -57,11 +58,6 @@ BACKENDS: dict[str, str] = {
     "django": "criogen.storage.orm.OrmStorage",
 }
 """URL scheme -> backend class (dotted path), imported when first used."""
-
-
-def encode(value: Any) -> str:
-    """JSON text of a (validated) state value, compact and deterministic."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +120,11 @@ def value_rows_for(write: CheckpointWrite) -> Iterable[tuple[str, int, str, str,
     """``(key, version, kind, data, prev)`` for each value row a write adds."""
     version = write.checkpoint.version
     for key, change in write.delta.items():
+        text = change.text if change.text is not None else encode(change.value)
         if change.op == "append":
-            yield key, version, "a", encode(change.value), write.prev_versions.get(key)
+            yield key, version, "a", text, write.prev_versions.get(key)
         else:
-            yield key, version, "s", encode(change.value), None
+            yield key, version, "s", text, None
 
 
 class Storage(ABC):
@@ -261,6 +258,13 @@ class Storage(ABC):
     @abstractmethod
     def head(self, thread_id: str) -> Checkpoint | None:
         """The thread's newest checkpoint with its state; None if it has none."""
+
+    def heads(self, thread_ids: Sequence[str]) -> dict[str, Checkpoint]:
+        """:meth:`head` of each thread that has a checkpoint, by thread id (lists need
+        many at once; backends read them in a few queries). This default reads them one
+        by one."""
+        found = {tid: self.head(tid) for tid in thread_ids}
+        return {tid: cp for tid, cp in found.items() if cp is not None}
 
     @abstractmethod
     def get_checkpoint(self, thread_id: str, checkpoint_id: str) -> Checkpoint:

@@ -7,11 +7,21 @@ write is one transaction: on PostgreSQL one statement (the head update and both
 inserts in data-modifying CTEs, so one round trip and one commit, prepared); on SQLite
 a short ``BEGIN IMMEDIATE`` transaction. A run's last write also gives its lease back,
 and taking a lease tells the head's version (see ``acquire_head``).
+
+Lease statements (take, renew, give back) commit without waiting for the disk
+(``synchronous_commit = off`` for their transaction on PostgreSQL, ``synchronous =
+NORMAL`` on SQLite in WAL mode): other connections see them at once, and the next
+durable commit flushes them with its own. A crash of the database server may forget a
+lease taken in its last moments; that is safe, because every checkpoint write checks
+the lease in the same statement that moves the head, so a run whose lease was
+forgotten gets ``LeaseLost`` instead of writing. Only checkpoints, decisions and
+effects pay a flush.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import time
@@ -76,6 +86,65 @@ _CP_ROW = (
 _VALUE_ROW = "(%s::varchar, %s::varchar, %s::int, %s::varchar, %s::int, %s::text)"
 _SCALAR_VALUE_ROWS = 8
 """Up to this many value rows, a one-checkpoint write binds scalars instead of arrays."""
+
+
+_RENEW_SQL = (
+    "UPDATE criogen_thread SET lease_expires = %s WHERE id = %s AND lease_id = %s RETURNING 1"
+)
+_RELEASE_SQL = (
+    "UPDATE criogen_thread SET lease_id = NULL, lease_expires = 0"
+    " WHERE id = %s AND lease_id = %s RETURNING 1"
+)
+
+
+@functools.lru_cache(maxsize=16)
+def _relaxed_pg(sql: str) -> str:
+    """``sql`` (a statement with RETURNING) whose implicit transaction commits without
+    waiting for the WAL flush: ``set_config(…, true)`` lasts until that commit."""
+    return (
+        "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS off),"  # noqa: S608
+        f" done AS ({sql}) SELECT done.* FROM done, relaxed"
+    )
+
+
+@functools.lru_cache(maxsize=512)
+def _qmark(sql: str) -> str:
+    """The project's ``%s`` placeholders as sqlite3's ``?`` (our SQL has no literal %)."""
+    return sql.replace("%s", "?")
+
+
+class _SqliteCursor:
+    """sqlite3's own cursor on Django's connection, taking ``%s`` placeholders.
+
+    Django's SQLite cursor rewrites every statement's placeholders with a regex and
+    wraps each call; on the checkpoint path that was more Python than the statements
+    themselves. Errors still go through Django's translation (the caller holds
+    ``wrap_database_errors``).
+    """
+
+    __slots__ = ("_cur",)
+
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._cur.execute(_qmark(sql), params)
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cur.rowcount)
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()  # type: ignore[no-any-return]
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def __enter__(self) -> _SqliteCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cur.close()
 
 
 class OrmStorage(Storage):
@@ -156,15 +225,9 @@ class OrmStorage(Storage):
         stamp = self._db_time(datetime.now(UTC))
         # One statement: create the thread, or take it if no live lease holds it. The
         # head version comes back with it, so a fresh thread needs no head read.
-        params = [thread_id, stamp, stamp, lease_id, now + seconds, lease_id, now]
-        if self.vendor == "postgresql":
-            rows = self._pg_run(_ACQUIRE_SQL, params, fetch=True)
-        else:
-            with self._cursor() as cur:
-                cur.execute(_ACQUIRE_SQL, params)
-                # fetchall: SQLite finishes (and commits) the statement only when every
-                # row has been read.
-                rows = cur.fetchall()
+        rows = self._lease(
+            _ACQUIRE_SQL, [thread_id, stamp, stamp, lease_id, now + seconds, lease_id, now]
+        )
         return rows[0][0] if rows else None
 
     def acquire_head(
@@ -182,20 +245,47 @@ class OrmStorage(Storage):
             raise
 
     def renew(self, thread_id: str, lease_id: str, *, seconds: float) -> bool:
-        with self._cursor() as cur:
-            cur.execute(
-                "UPDATE criogen_thread SET lease_expires = %s WHERE id = %s AND lease_id = %s",
-                [time.time() + seconds, thread_id, lease_id],
-            )
-            return cur.rowcount == 1
+        return bool(self._lease(_RENEW_SQL, [time.time() + seconds, thread_id, lease_id]))
 
     def release(self, thread_id: str, lease_id: str) -> None:
-        with self._cursor() as cur:
-            cur.execute(
-                "UPDATE criogen_thread SET lease_id = NULL, lease_expires = 0"
-                " WHERE id = %s AND lease_id = %s",
-                [thread_id, lease_id],
-            )
+        self._lease(_RELEASE_SQL, [thread_id, lease_id])
+
+    def _lease(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Run a lease statement (``sql`` has RETURNING); its rows.
+
+        In autocommit its transaction commits without waiting for the disk (see the
+        module's docstring). Inside a caller's transaction it is just a statement of
+        that transaction, which commits as the caller's does.
+        """
+        connection = connections[self.alias]
+        relaxed = connection.get_autocommit() and not connection.in_atomic_block
+        if self.vendor == "postgresql":
+            return self._pg_run(_relaxed_pg(sql) if relaxed else sql, params, fetch=True)  # type: ignore[no-any-return]
+        raw = self._raw_sqlite()
+        if raw is None or not relaxed:
+            with self._cursor() as cur:
+                cur.execute(sql, params)
+                # fetchall: SQLite finishes (and commits) the statement only when every
+                # row has been read.
+                return cur.fetchall()  # type: ignore[no-any-return]
+        with connection.wrap_database_errors:
+            (level,) = raw.execute("PRAGMA synchronous").fetchone()
+            if level > 1:  # FULL or EXTRA: in WAL mode NORMAL skips this commit's fsync
+                raw.execute("PRAGMA synchronous = NORMAL")
+            try:
+                return raw.execute(_qmark(sql), params).fetchall()  # type: ignore[no-any-return]
+            finally:
+                if level > 1:
+                    raw.execute(f"PRAGMA synchronous = {int(level)}")
+
+    def _raw_sqlite(self) -> Any:
+        """Django's sqlite3 connection for the hot path, or None when Django must see
+        the statements (query logging: ``DEBUG`` or a query capture)."""
+        connection = connections[self.alias]
+        if connection.queries_logged:
+            return None
+        connection.ensure_connection()
+        return connection.connection
 
     def thread_info(self, thread_id: str) -> ThreadInfo | None:
         with self._cursor() as cur:
@@ -264,7 +354,12 @@ class OrmStorage(Storage):
         two writers queue on the busy timeout instead of failing at the first write.
         """
         refused: tuple[str, int] | None = None
-        with self._cursor() as cur:
+        connection = connections[self.alias]
+        raw = self._raw_sqlite()
+        with (
+            connection.wrap_database_errors,
+            _SqliteCursor(raw.cursor()) if raw is not None else self._cursor() as cur,
+        ):
             cur.execute("BEGIN IMMEDIATE")
             try:
                 for thread_id, group in by_thread.items():
@@ -273,7 +368,7 @@ class OrmStorage(Storage):
                         break
             except BaseException:
                 # SQLite rolls some failures back by itself: only end a live transaction.
-                if connections[self.alias].connection.in_transaction:
+                if connection.connection.in_transaction:
                     cur.execute("ROLLBACK")
                 raise
             cur.execute("ROLLBACK" if refused else "COMMIT")
@@ -476,51 +571,52 @@ class OrmStorage(Storage):
 
     # -- reads -------------------------------------------------------------------------
 
+    def _bare(self, thread_id: str, row: Sequence[Any]) -> Checkpoint:
+        """A checkpoint row (``_CHECKPOINT_COLUMNS``) without its state."""
+        cid, version, run_id, source, status, parent_id, created_at, body = row
+        data = json.loads(self._open(body))
+        return Checkpoint(
+            id=CheckpointId(cid),
+            thread_id=ThreadId(thread_id),
+            run_id=RunId(run_id) if run_id else None,
+            version=version,
+            source=source,
+            status=status,
+            state={},
+            next=tuple(data["next"]),
+            interrupts=tuple(data["interrupts"]),
+            tasks=data["tasks"],
+            error=data["error"],
+            parent_id=CheckpointId(parent_id) if parent_id else None,
+            created_at=self._time(created_at),
+            metadata=data["metadata"],
+            value_versions=data["values"],
+            value_bases=data.get("bases", {}),
+        )
+
     def _checkpoints(self, thread_id: str, rows: Iterable[Sequence[Any]]) -> list[Checkpoint]:
-        bare: list[Checkpoint] = []
-        for cid, version, run_id, source, status, parent_id, created_at, body in rows:
-            data = json.loads(self._open(body))
-            bare.append(
-                Checkpoint(
-                    id=CheckpointId(cid),
-                    thread_id=ThreadId(thread_id),
-                    run_id=RunId(run_id) if run_id else None,
-                    version=version,
-                    source=source,
-                    status=status,
-                    state={},
-                    next=tuple(data["next"]),
-                    interrupts=tuple(data["interrupts"]),
-                    tasks=data["tasks"],
-                    error=data["error"],
-                    parent_id=CheckpointId(parent_id) if parent_id else None,
-                    created_at=self._time(created_at),
-                    metadata=data["metadata"],
-                    value_versions=data["values"],
-                    value_bases=data.get("bases", {}),
-                )
-            )
+        bare = [self._bare(thread_id, row) for row in rows]
         if not bare:
             return bare
-        values = self._values(thread_id, bare)
+        values = self._values(bare).get(thread_id, {})
         return [replace(cp, state=build_state(cp.value_versions, values)) for cp in bare]
 
     def _values(
-        self, thread_id: str, checkpoints: Sequence[Checkpoint]
-    ) -> dict[tuple[str, int], ValueRow]:
-        """The value rows the checkpoints' states are built from, in one query.
+        self, checkpoints: Sequence[Checkpoint]
+    ) -> dict[str, dict[tuple[str, int], ValueRow]]:
+        """The value rows the checkpoints' states are built from, by thread, in one query.
 
-        Each key is one index range scan on ``(thread, key, version)``: from the start of
-        the rows that build its value (``value_bases``) to its tip. A range may also hold
-        rows of another line of the thread (a fork); ``build_state`` follows the ``prev``
-        pointers and skips them.
+        Each key of each thread is one index range scan on ``(thread, key, version)``:
+        from the start of the rows that build its value (``value_bases``) to its tip. A
+        range may also hold rows of another line of the thread (a fork); ``build_state``
+        follows the ``prev`` pointers and skips them.
         """
-        ranges: dict[str, tuple[int, int]] = {}
+        ranges: dict[tuple[str, str], tuple[int, int]] = {}
         for cp in checkpoints:
             for key, version in cp.value_versions.items():
                 base = cp.value_bases.get(key, 0)
-                low, high = ranges.get(key, (base, version))
-                ranges[key] = (min(low, base), max(high, version))
+                low, high = ranges.get((cp.thread_id, key), (base, version))
+                ranges[(cp.thread_id, key)] = (min(low, base), max(high, version))
         if not ranges:
             return {}
         # Only placeholders are interpolated into the SQL text. The thread id is in each
@@ -528,18 +624,43 @@ class OrmStorage(Storage):
         # and PostgreSQL's BitmapOr both need that).
         term = "(thread_id = %s AND state_key = %s AND version BETWEEN %s AND %s)"
         sql = (
-            "SELECT state_key, version, kind, data, prev FROM criogen_value WHERE "  # noqa: S608
-            + " OR ".join([term] * len(ranges))
+            "SELECT thread_id, state_key, version, kind, data, prev FROM criogen_value"  # noqa: S608
+            " WHERE " + " OR ".join([term] * len(ranges))
         )
         params: list[Any] = []
-        for key, (low, high) in sorted(ranges.items()):
+        for (thread_id, key), (low, high) in sorted(ranges.items()):
             params += [thread_id, key, low, high]
+        out: dict[str, dict[tuple[str, int], ValueRow]] = {}
         with self._cursor() as cur:
             cur.execute(sql, params)
-            return {
-                (key, version): ValueRow(kind, self._open(data), prev)
-                for key, version, kind, data, prev in cur.fetchall()
-            }
+            for thread_id, key, version, kind, data, prev in cur.fetchall():
+                out.setdefault(thread_id, {})[(key, version)] = ValueRow(
+                    kind, self._open(data), prev
+                )
+        return out
+
+    def heads(self, thread_ids: Sequence[str]) -> dict[str, Checkpoint]:
+        # Two queries per 100 threads (the head rows through the thread row's
+        # head_version, then every head's value rows), not two per thread: a page of
+        # search results needs twenty heads.
+        found: dict[str, Checkpoint] = {}
+        columns = ", ".join(f"c.{c}" for c in _CHECKPOINT_COLUMNS.split(", "))
+        for start in range(0, len(thread_ids), _HEADS_CHUNK):
+            chunk = list(thread_ids[start : start + _HEADS_CHUNK])
+            marks = ", ".join(["%s"] * len(chunk))
+            with self._cursor() as cur:
+                cur.execute(
+                    f"SELECT c.thread_id, {columns} FROM criogen_thread t"  # noqa: S608
+                    " JOIN criogen_checkpoint c ON c.thread_id = t.id"
+                    f" AND c.version = t.head_version WHERE t.id IN ({marks})",
+                    chunk,
+                )
+                bare = [self._bare(row[0], row[1:]) for row in cur.fetchall()]
+            values = self._values(bare)
+            for cp in bare:
+                state = build_state(cp.value_versions, values.get(cp.thread_id, {}))
+                found[cp.thread_id] = replace(cp, state=state)
+        return found
 
     def head(self, thread_id: str) -> Checkpoint | None:
         with self._cursor() as cur:
@@ -915,6 +1036,8 @@ class OrmStorage(Storage):
         ]
 
 
+_HEADS_CHUNK = 100
+"""Threads per query in ``heads``: bound parameters stay well under SQLite's limit."""
 _INSERT_CHUNK = 500
 """Rows per multi-row INSERT: well under SQLite's 32,766 bound parameters."""
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from criogen.engine.checkpoints import Checkpoint, CheckpointId, CheckpointWrite, ThreadId
-from criogen.engine.state import Delta, apply_update, compose
+from criogen.engine.errors import InvalidState
+from criogen.engine.state import Delta, apply_update, compose, encode
 from criogen.storage.base import ValueRow, build_state, value_rows_for
 
 REDUCERS = {"log": "append", "items": "append"}
@@ -127,3 +129,43 @@ def test_build_state_rebuilds_every_version_of_a_line_with_forks(
 
     for pointers, expected in versions.values():
         assert build_state(pointers, rows) == expected
+
+
+@SETTINGS
+@given(steps=updates)
+def test_the_text_a_merge_keeps_for_storage_is_the_encoding_of_its_value(
+    steps: list[dict[str, Any]],
+) -> None:
+    # Storage writes Change.text as is, so it must always say what Change.value says.
+    state: dict[str, Any] = {}
+    for update in steps:
+        state, delta = apply_update(state, update, REDUCERS, origin="node")
+        for change in delta.values():
+            if change.text is not None:
+                assert change.text == encode(change.value)
+
+
+@pytest.mark.parametrize(
+    ("update", "key"),
+    [
+        ({"a": (1, 2)}, "state['a']"),
+        ({"a": {"x": [1, {2: "two"}]}}, "state['a']['x'][1]"),
+        ({"a": [float("nan")]}, "state['a'][0]"),
+        ({"a": {"s": {1, 2}}}, "state['a']['s']"),
+    ],
+)
+def test_a_value_that_is_not_plain_json_is_refused_naming_where(
+    update: dict[str, Any], key: str
+) -> None:
+    with pytest.raises(InvalidState) as exc:
+        apply_update({}, update, {}, origin="node")
+    assert exc.value.details["key"] == key
+
+
+def test_the_merged_state_does_not_share_objects_with_the_update() -> None:
+    items = [{"n": 1}]
+    update = {"a": items, "log": items}
+    state, _ = apply_update({}, update, REDUCERS, origin="node")
+    items[0]["n"] = 2
+    items.append({"n": 3})
+    assert state == {"a": [{"n": 1}], "log": [{"n": 1}]}

@@ -148,3 +148,27 @@ def test_the_state_read_uses_only_index_searches_even_with_table_statistics(
                 cur.execute("EXPLAIN QUERY PLAN " + query["sql"])
                 plan = "\n".join(str(row[-1]) for row in cur.fetchall())
                 assert not any(line.startswith("SCAN") for line in plan.splitlines()), plan
+
+
+def test_heads_reads_many_threads_as_head_reads_each(storage: Storage) -> None:
+    """``heads()`` (two queries per 100 threads on SQL) returns exactly what ``head()``
+    returns for each thread: appended lists, forks, and no entry for a thread without
+    checkpoints."""
+    wf = Workflow(reducers={"steps": "append"})
+    wf.add_node("tick", lambda s: {"steps": [len(s.get("steps", []))], "n": s.get("n", 0) + 1})
+    wf.add_edge(START, "tick")
+    wf.add_conditional_edges("tick", lambda s: END if s["n"] % 3 == 0 else "tick")
+    app = wf.compile(storage=storage, durability="sync")
+    ids = [f"heads-{uuid.uuid4().hex[:8]}-{i}" for i in range(130)]  # two chunks
+    for i, tid in enumerate(ids[:-1]):
+        thread = app.thread(tid)
+        thread.run({"n": 0, "tag": i})
+        if i % 4 == 0:
+            thread.run({"tag": -i})  # a second turn: the list grows on
+        if i % 5 == 0:
+            thread.rewind(thread.history()[-2].id)  # a fork head
+    storage.acquire(ids[-1], "lease", seconds=30)  # a thread with no checkpoint yet
+    heads = storage.heads(ids)
+    assert set(heads) == set(ids[:-1])
+    for tid in ids[:-1]:
+        assert heads[tid] == storage.head(tid), tid

@@ -129,8 +129,44 @@ def test_the_checkpoint_statements_are_prepared_on_postgres(
     with connections[storage.alias].cursor() as cur:  # type: ignore[attr-defined]
         cur.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cur.fetchall()]
-    assert any(s.startswith("INSERT INTO criogen_thread") for s in prepared), prepared
+    assert any("done AS (INSERT INTO criogen_thread" in s for s in prepared), prepared
     assert any(s.startswith("WITH head AS (UPDATE criogen_thread") for s in prepared)
+
+
+def _commit_setting(storage: Storage) -> Any:
+    with connections[storage.alias].cursor() as cur:  # type: ignore[attr-defined]
+        if storage.vendor == "postgresql":  # type: ignore[attr-defined]
+            cur.execute("SHOW synchronous_commit")
+        else:
+            cur.execute("PRAGMA synchronous")
+        return cur.fetchone()[0]
+
+
+@pytest.mark.parametrize("storage_url", ["sqlite", "postgres"], indirect=True)
+def test_lease_statements_relax_only_their_own_commit(storage: Storage, thread_id: str) -> None:
+    # The lease's commit skips the flush; the connection's setting, which every
+    # checkpoint write commits under, must come back unchanged after each statement.
+    durable = _commit_setting(storage)
+    assert durable in ("on", 2)
+    assert storage.acquire(thread_id, "run-1", seconds=30)
+    assert _commit_setting(storage) == durable
+    assert storage.renew(thread_id, "run-1", seconds=30)
+    assert _commit_setting(storage) == durable
+    storage.release(thread_id, "run-1")
+    assert _commit_setting(storage) == durable
+    assert storage.thread_info(thread_id).lease_id is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("storage_url", ["sqlite", "postgres"], indirect=True)
+def test_a_lease_taken_in_a_callers_transaction_commits_as_that_transaction_does(
+    storage: Storage, thread_id: str
+) -> None:
+    alias = storage.alias  # type: ignore[attr-defined]
+    durable = _commit_setting(storage)
+    with transaction.atomic(using=alias):
+        assert storage.acquire(thread_id, "run-1", seconds=30)
+        assert _commit_setting(storage) == durable
+    assert storage.thread_info(thread_id).lease_id == "run-1"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("storage_url", ["sqlite", "postgres"], indirect=True)
@@ -141,7 +177,7 @@ def test_the_write_path_shows_in_djangos_query_log(storage: Storage, thread_id: 
     with CaptureQueriesContext(connections[storage.alias]) as log:  # type: ignore[attr-defined]
         app.thread(thread_id).run({"x": 1})
     sql = [q["sql"] for q in log.captured_queries]
-    assert sum(s.startswith("INSERT INTO criogen_thread") for s in sql) == 1
-    assert not any(s.startswith("UPDATE criogen_thread SET lease_id = NULL") for s in sql)
+    assert sum("INSERT INTO criogen_thread" in s for s in sql) == 1
+    assert not any("UPDATE criogen_thread SET lease_id = NULL" in s for s in sql)
     writes = [s for s in sql if "UPDATE criogen_thread SET head_version" in s]
     assert len(writes) == 4 and "lease_id = NULL" in writes[-1]

@@ -9,11 +9,14 @@ It prints ONE JSON document on stdout; progress goes to stderr. What it measures
 fresh PostgreSQL database (created and dropped here) and a fresh Redis queue:
 
 - ``throughput``: ``--runs`` runs of the ``steps`` example (START → a → b → c → END),
-  each on its own thread, created through ``create_run`` as the API does, and waited
-  for until all have ended; runs per second from the first create to the last end.
-  Per durability mode, with the in-process runner (``CRIOGEN_INPROCESS_WORKERS``
-  threads in this process) and with 1 and 2 Celery workers (``--pool threads
-  --concurrency 4`` subprocesses).
+  each on its own thread, created through ``create_run`` as the API does. Two rates
+  per cell: ``end_to_end``, from the first create to the last end while one client
+  creates them (bounded by that client); and ``executing``, with the runs created
+  beforehand and handed to the runner in one burst, from the burst to the last end
+  (what the workers can do). Per durability mode, with the in-process runner
+  (``CRIOGEN_INPROCESS_WORKERS`` threads in this process) and with 1 and 2 Celery
+  workers (``--pool threads --concurrency 4`` subprocesses);
+  ``celery_2_vs_1_executing`` is the scaling from one worker to two.
 - ``sigkill_to_resume``: a run whose worker is SIGKILLed in the middle of node b; the
   seconds from the kill until another worker has claimed it again (the reaper is
   called every 0.1 s here, as a beat with a short period would; the lease is
@@ -105,15 +108,23 @@ def run_all(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         workers = [start_worker(env, f"b{count}{i}") for i in range(count)]
         try:
             for mode in modes:
-                rate = measure(args.runs, mode)
-                throughput.setdefault(label, {})[mode] = rate
-                log(f"{label} {mode}: {rate} runs/s")
+                rates = measure(args.runs, mode)
+                throughput.setdefault(label, {})[mode] = rates
+                log(f"{label} {mode}: {rates} runs/s")
         finally:
             stop(workers)
+    scaling = {}
+    if "celery_1_worker" in throughput and "celery_2_workers" in throughput:
+        one, two = throughput["celery_1_worker"], throughput["celery_2_workers"]
+        scaling = {
+            mode: round(two[mode]["executing"] / one[mode]["executing"], 2) for mode in modes
+        }
+        log(f"2 workers / 1 worker (executing): {scaling}")
     settings.CRIOGEN_RUNNER = "celery"
     recovery = sigkill_to_resume(env)
     return {
         "throughput_runs_per_second": throughput,
+        "celery_2_vs_1_executing": scaling,
         "sigkill_to_resume": recovery,
         "runs_per_cell": args.runs,
         "workflow": "steps (3 nodes)",
@@ -127,14 +138,11 @@ def run_all(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def measure(runs: int, mode: str) -> float:
-    from criogen.runner import drain
+def create_runs(runs: int, mode: str) -> list[Any]:
     from criogen.services.runs import create_run
-    from criogen.storage.models import Run
 
     tag = uuid.uuid4().hex[:8]
-    started = time.perf_counter()
-    ids = [
+    return [
         create_run(
             thread_id=f"bench-{tag}-{i}",
             assistant_id="steps",
@@ -144,17 +152,57 @@ def measure(runs: int, mode: str) -> float:
         ).pk
         for i in range(runs)
     ]
+
+
+def wait_for(ids: list[Any], mode: str) -> None:
+    from criogen.storage.models import Run
+
     deadline = time.monotonic() + 300
     while Run.objects.filter(pk__in=ids, status__in=("pending", "running")).exists():
         if time.monotonic() > deadline:
             raise SystemExit(f"{mode}: runs did not finish in 300 s")
         time.sleep(0.02)
-    elapsed = time.perf_counter() - started
-    drain(timeout=60)
     failed = Run.objects.filter(pk__in=ids).exclude(status="success").count()
     if failed:
         raise SystemExit(f"{mode}: {failed} runs did not succeed")
-    return round(runs / elapsed, 1)
+
+
+def measure(runs: int, mode: str) -> dict[str, float]:
+    """Runs/s end to end (one client creating them as the API does, the runner
+    executing them meanwhile) and executing only (runs created beforehand with their
+    dispatch held back, then handed to the runner in one burst)."""
+    from django.conf import settings
+
+    from criogen.celery import app
+    from criogen.runner import drain, enqueue_run
+
+    started = time.perf_counter()
+    ids = create_runs(runs, mode)
+    wait_for(ids, mode)
+    end_to_end = runs / (time.perf_counter() - started)
+    drain(timeout=60)
+
+    # Hold the dispatch back: the runs are created (and their tasks parked in a queue
+    # no worker reads, dropped below), then enqueued for real all at once.
+    runner, queue = settings.CRIOGEN_RUNNER, app.conf.task_default_queue
+    parked = f"{queue}-parked"
+    settings.CRIOGEN_RUNNER, app.conf.task_default_queue = "celery", parked
+    try:
+        ids = create_runs(runs, mode)
+    finally:
+        settings.CRIOGEN_RUNNER, app.conf.task_default_queue = runner, queue
+        import redis
+
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(
+            parked, f"_kombu.binding.{parked}", f"_kombu.binding_permanent.{parked}"
+        )
+    started = time.perf_counter()
+    for pk in ids:
+        enqueue_run(pk)
+    wait_for(ids, mode)
+    executing = runs / (time.perf_counter() - started)
+    drain(timeout=60)
+    return {"end_to_end": round(end_to_end, 1), "executing": round(executing, 1)}
 
 
 def sigkill_to_resume(env: dict[str, str]) -> dict[str, Any]:

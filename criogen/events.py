@@ -11,14 +11,18 @@ Two event types (JSON-plain, the ``type`` maps to a consumer handler with ``.`` 
 
 :func:`install` registers the checkpoint listener on the shared storage
 (:func:`criogen.registry.storage`); the app does it in ``ready()`` when running inside
-the Django project. Sending never raises: a broken channel layer is logged, and the
-run goes on.
+the Django project. Sending never blocks or raises: events are queued and sent in order
+by one publisher thread per process; a broken channel layer is logged, and the run
+goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import hashlib
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -29,6 +33,7 @@ from criogen.engine.checkpoints import CheckpointWrite
 __all__ = [
     "INBOX_GROUP",
     "add_run_listener",
+    "flush",
     "install",
     "run_changed",
     "run_group",
@@ -60,16 +65,127 @@ def run_group(run_id: Any) -> str:
 
 
 def send(group: str, event: dict[str, Any]) -> None:
-    """Send ``event`` to ``group`` on the default channel layer; log, never raise."""
-    try:
-        from asgiref.sync import async_to_sync
-        from channels.layers import get_channel_layer
+    """Queue ``event`` for ``group`` on the default channel layer; never blocks or raises.
 
-        layer = get_channel_layer()
-        if layer is not None:
-            async_to_sync(layer.group_send)(group, event)
+    Events go out in the order they were sent, from one publisher per process (see
+    :class:`_Publisher`): a run does not wait for the channel layer, and a channel
+    layer that is down or slow costs the run nothing.
+    """
+    try:
+        _publisher.submit(group, event)
     except Exception:
-        logger.exception("could not send %s to %s", event.get("type"), group)
+        logger.exception("could not queue %s for %s", event.get("type"), group)
+
+
+class _Publisher:
+    """Sends queued events to the channel layer from one event loop thread.
+
+    ``async_to_sync`` from a thread that has no event loop (a runner thread, a Celery
+    task) starts a thread and an event loop for each call: that was most of a short
+    run's cost. Here one daemon thread keeps a loop and drains one FIFO queue, so the
+    order of events is the order of :func:`send` calls in this process. When the
+    channel layer is unreachable, each send gives up after ``SEND_TIMEOUT`` seconds;
+    beyond ``MAX_QUEUED`` waiting events the newest are dropped (and counted): live
+    pages re-read the database when they reconnect, so a lost event costs a refresh,
+    never data. The in-memory layer (one process, tests and the demo) is driven from the
+    ASGI server's own loop when one is known, because its queues belong to that loop.
+    """
+
+    SEND_TIMEOUT = 2.0
+    MAX_QUEUED = 10_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] | None = None
+        self._queued = 0
+        self._idle = threading.Condition(self._lock)
+        self.dropped = 0
+        self.server_loop: asyncio.AbstractEventLoop | None = None
+
+    def submit(self, group: str, event: dict[str, Any]) -> None:
+        server = _server_loop()
+        with self._lock:
+            if server is not None:
+                self.server_loop = server
+            if self._queued >= self.MAX_QUEUED:
+                self.dropped += 1
+                if self.dropped % 1000 == 1:
+                    logger.warning(
+                        "the channel layer is not keeping up: %d live events dropped",
+                        self.dropped,
+                    )
+                return
+            if self._loop is None:
+                self._start()
+            self._queued += 1
+            loop, queue = self._loop, self._queue
+        assert loop is not None and queue is not None
+        loop.call_soon_threadsafe(queue.put_nowait, (group, event))
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued event was handed to the layer (tests, shutdown)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._queued == 0, timeout)
+
+    def _start(self) -> None:
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            self._queue = asyncio.Queue()
+            ready.set()
+            loop.run_until_complete(self._drain(self._queue))
+
+        threading.Thread(target=run, name="criogen-events", daemon=True).start()
+        ready.wait()
+        self._loop = loop
+        # A worker or script that ends right after a run still sends its last events.
+        atexit.register(self.flush, 1.0)
+
+    async def _drain(self, queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
+        from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+        while True:
+            group, event = await queue.get()
+            try:
+                layer = get_channel_layer()
+                if layer is None:
+                    continue
+                server = self.server_loop
+                if isinstance(layer, InMemoryChannelLayer) and server and server.is_running():
+                    sent = asyncio.run_coroutine_threadsafe(layer.group_send(group, event), server)
+                    await asyncio.wait_for(asyncio.wrap_future(sent), self.SEND_TIMEOUT)
+                else:
+                    await asyncio.wait_for(layer.group_send(group, event), self.SEND_TIMEOUT)
+            except Exception:
+                logger.warning("could not send %s to %s", event.get("type"), group, exc_info=True)
+            finally:
+                with self._idle:
+                    self._queued -= 1
+                    if self._queued == 0:
+                        self._idle.notify_all()
+
+
+def _server_loop() -> asyncio.AbstractEventLoop | None:
+    """The ASGI server's loop when this thread runs sync code for it (asgiref's
+    ``sync_to_async`` marks its threads), else None."""
+    from asgiref.sync import SyncToAsync
+
+    local = SyncToAsync.threadlocal
+    if getattr(local, "main_event_loop_pid", None) != os.getpid():
+        return None
+    loop = getattr(local, "main_event_loop", None)
+    return loop if loop is not None and loop.is_running() else None
+
+
+_publisher = _Publisher()
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Wait until the events sent so far were handed to the channel layer."""
+    return _publisher.flush(timeout)
 
 
 def add_run_listener(listener: Callable[[dict[str, Any]], None]) -> None:

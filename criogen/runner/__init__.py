@@ -49,7 +49,13 @@ from django.db.models.query import QuerySet
 from django.utils import timezone
 
 from criogen import events
-from criogen.engine.errors import CriogenError, LeaseLost, RunCancelled, StorageError
+from criogen.engine.errors import (
+    CriogenError,
+    LeaseLost,
+    RunCancelled,
+    StorageError,
+    ThreadInterrupted,
+)
 from criogen.registry import get_graph, storage
 from criogen.storage.models import Checkpoint, Run, Thread, Value
 
@@ -105,7 +111,9 @@ class _Stop:
         self.attempt = attempt
         self.reason: str | None = None
         self.local = threading.Event()
-        self._next_check = 0.0
+        # The claim just read the row as running with this attempt: the first look at
+        # the database is due one period later (a short run never pays it).
+        self._next_check = time.monotonic() + CANCEL_CHECK_SECONDS
 
     def __call__(self) -> bool:
         if _shutdown.is_set():
@@ -161,10 +169,13 @@ class _Leases:
         self._runs: dict[str, int] = {}
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._lingering = False
 
     def add(self, run_id: str, attempt: int) -> None:
         with self._cond:
             self._runs[run_id] = attempt
+            if self._lingering:
+                self._cond.notify()  # end the linger: renew on this run's schedule
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="criogen-run-leases", daemon=True
@@ -175,6 +186,9 @@ class _Leases:
         with self._cond:
             self._runs.pop(run_id, None)
 
+    LINGER = 5.0
+    """Seconds the thread waits for a next run before it ends (no thread per run)."""
+
     def _loop(self) -> None:
         from django.db import connection
 
@@ -182,8 +196,12 @@ class _Leases:
             while True:
                 with self._cond:
                     if not self._runs:
-                        self._thread = None
-                        return
+                        self._lingering = True
+                        self._cond.wait(self.LINGER)
+                        self._lingering = False
+                        if not self._runs:
+                            self._thread = None
+                            return
                     self._cond.wait(_lease_seconds() / 3)
                     runs = dict(self._runs)
                 for run_id, attempt in runs.items():
@@ -337,14 +355,30 @@ def _call(run: Run, stop: _Stop) -> Any:
     options: dict[str, Any] = {"run_id": rid, "durability": run.durability}
     if _accepts_should_stop(graph):
         options["should_stop"] = stop
+    kwargs = run.kwargs or {}
+    metadata = run.metadata or {}
+    if (
+        run.attempts == 1
+        and run.command is None
+        and not run.checkpoint_id
+        and kwargs.get("action") != "retry"
+    ):
+        # The common case, a new turn claimed for the first time, reads the head only
+        # when it takes the thread.
+        try:
+            return thread.run(run.input, **options)
+        except ThreadInterrupted:
+            # The previous run was cancelled mid-way: the new turn starts from its state.
+            head = thread.head
+            assert head is not None
+            thread.rewind(head.id)
+            return thread.run(run.input, **options)
     head = thread.head
     if head is not None and head.run_id == rid:
         # Claimed again after a crash or a hand-back: this run already wrote checkpoints.
         if head.status == "in_progress":
             return thread.retry(**options)
         return _ended(head)
-    kwargs = run.kwargs or {}
-    metadata = run.metadata or {}
     if kwargs.get("action") == "retry":
         return thread.retry(**options, **_by(thread.retry, metadata.get("retried_by")))
     if run.command is not None:

@@ -271,6 +271,9 @@ def _drain_group(group: str) -> list[dict[str, Any]]:
 
 
 def _received(channel: str) -> list[dict[str, Any]]:
+    from criogen import events
+
+    assert events.flush(), "the event publisher did not drain"  # sending is queued
     layer = get_channel_layer()
     out = []
     while True:

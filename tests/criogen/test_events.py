@@ -1,0 +1,59 @@
+"""The live-event publisher: events leave in order, and a broken channel layer never
+holds up the code that sends them."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.test import override_settings
+
+from criogen import events
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _receive_all(channel: str, count: int) -> list[dict[str, Any]]:
+    layer = get_channel_layer()
+    return [await layer.receive(channel) for _ in range(count)]
+
+
+def test_events_reach_the_layer_in_the_order_they_were_sent() -> None:
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("order-test", channel)
+    sent_from = threading.current_thread().name
+    for n in range(80):  # the in-memory layer keeps up to 100 per channel
+        events.send("order-test", {"type": "probe", "n": n, "from": sent_from})
+    assert events.flush()
+    received = async_to_sync(_receive_all)(channel, 80)
+    assert [e["n"] for e in received] == list(range(80))
+
+
+def test_a_channel_layer_that_is_down_does_not_hold_up_the_sender() -> None:
+    down = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [f"redis://127.0.0.1:{_closed_port()}/0"]},
+        }
+    }
+    with override_settings(CHANNEL_LAYERS=down):
+        assert type(get_channel_layer()).__name__ == "RedisChannelLayer"
+        started = time.monotonic()
+        for n in range(50):
+            events.run_changed(run_id=f"run-{n}", thread_id=f"thread-{n}", status="running")
+        queued_in = time.monotonic() - started
+        # Each event fails on its own (connection refused), none blocks run_changed:
+        # all 100 were queued before a single send could even time out.
+        assert queued_in < events._Publisher.SEND_TIMEOUT
+        assert events.flush(timeout=60), "the publisher did not get past the dead layer"
+    # And it goes on working once the layer is back.
+    test_events_reach_the_layer_in_the_order_they_were_sent()

@@ -61,7 +61,10 @@ def thread_url(thread_id: str, suffix: str = "") -> str:
 
     from django.urls import reverse
 
-    return f"{reverse('dashboard:threads')}{quote(str(thread_id), safe='')}/{suffix}"
+    from dashboard.converters import encode_thread_id
+
+    segment = quote(encode_thread_id(thread_id), safe="~")
+    return f"{reverse('dashboard:threads')}{segment}/{suffix}"
 
 
 def assistant_of(thread: Thread) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import path
 
 from dashboard import views
+from dashboard.converters import THREAD  # noqa: F401 - registers <thread:…>
 
 app_name = "dashboard"
 urlpatterns = [
@@ -12,15 +13,15 @@ urlpatterns = [
     path("ui/inbox/", views.inbox, name="inbox"),
     path("ui/inbox/bulk/", views.inbox_bulk, name="inbox_bulk"),
     path("ui/threads/", views.threads, name="threads"),
-    path("ui/threads/<str:thread_id>/", views.thread, name="thread"),
-    path("ui/threads/<str:thread_id>/act/", views.thread_act, name="thread_act"),
+    path("ui/threads/<thread:thread_id>/", views.thread, name="thread"),
+    path("ui/threads/<thread:thread_id>/act/", views.thread_act, name="thread_act"),
     path(
-        "ui/threads/<str:thread_id>/checkpoints/<str:checkpoint_id>/",
+        "ui/threads/<thread:thread_id>/checkpoints/<str:checkpoint_id>/",
         views.checkpoint,
         name="checkpoint",
     ),
     path(
-        "ui/threads/<str:thread_id>/rewind/<str:checkpoint_id>/",
+        "ui/threads/<thread:thread_id>/rewind/<str:checkpoint_id>/",
         views.rewind_confirm,
         name="rewind_confirm",
     ),

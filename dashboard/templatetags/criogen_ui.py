@@ -79,6 +79,14 @@ def json_text(value: Any) -> str:
 
 
 @register.filter
+def thread_segment(thread_id: Any) -> str:
+    """The thread id as one URL path segment (see :mod:`dashboard.converters`)."""
+    from dashboard.converters import encode_thread_id
+
+    return encode_thread_id(str(thread_id))
+
+
+@register.filter
 def short(value: Any, n: int = 8) -> str:
     """The first ``n`` characters of an id."""
     text = "" if value is None else str(value)

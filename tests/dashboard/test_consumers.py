@@ -175,3 +175,13 @@ async def test_a_thread_page_only_recounts_for_other_threads(operator, suspended
     html = await receive_until(ws, ">2</span>")
     assert 'id="timeline"' not in html and html.lstrip().startswith('<span id="nav-inbox-count"')
     await ws.disconnect()
+
+
+async def test_a_thread_socket_serves_an_id_with_a_slash(operator, suspended_workflow) -> None:
+    from dashboard.converters import encode_thread_id
+
+    t = await database_sync_to_async(suspended_workflow)(thread_id="team/orders/7")
+    ws = await connect(f"/ws/ui/threads/{encode_thread_id(t.pk)}/", operator)
+    html = await ws.receive_from(timeout=5)
+    assert 'data-status="suspended"' in html
+    await ws.disconnect()

@@ -355,3 +355,31 @@ def test_operators_include_staff(db: None, waiting_agent) -> None:
     t = waiting_agent()
     html = client_for(staff).get(f"/ui/threads/{t.pk}/").content.decode()
     assert 'name="approve"' in html
+
+
+@pytest.mark.parametrize("thread_id", ["team/orders/42", "a~2Fb/~7E", "~"])
+def test_a_thread_whose_id_has_slashes_or_tildes_opens_and_takes_decisions(
+    as_operator: Client, suspended_workflow, thread_id: str
+) -> None:
+    from dashboard.converters import decode_thread_id, encode_thread_id
+
+    assert decode_thread_id(encode_thread_id(thread_id)) == thread_id
+    t = suspended_workflow(thread_id=thread_id)
+    segment = encode_thread_id(thread_id)
+    assert "/" not in segment
+    # The threads list and the inbox link to the page that shows this thread.
+    for listing in ("/ui/threads/", "/ui/inbox/"):
+        assert f"/ui/threads/{segment}/" in as_operator.get(listing).content.decode()
+    page = as_operator.get(f"/ui/threads/{segment}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f'ws-connect="/ws/ui/threads/{segment}/' in html
+    assert f'action="/ui/threads/{segment}/act/"' in html
+    response = as_operator.post(
+        f"/ui/threads/{segment}/act/",
+        {"resume": "", "value": '"yes"', "expected": t.head_id},
+        HTTP_HX_REQUEST="true",
+    )
+    assert response.status_code == 200, response.content[:300]
+    assert "Resumed" in response.content.decode()
+    assert [r.command for r in t.runs.all()] == [{"resume": "yes"}]

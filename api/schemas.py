@@ -98,6 +98,11 @@ class ThreadPatchIn(In):
     ttl: float | TtlIn | None = None
 
 
+MAX_OFFSET = 2**63 - 1
+"""The largest ``offset`` a database can skip (a signed 64-bit integer): more is a 422,
+not a database error."""
+
+
 class ThreadSearchIn(In):
     """POST /threads/search."""
 
@@ -106,7 +111,7 @@ class ThreadSearchIn(In):
     ids: list[str] | None = None
     status: Literal["idle", "busy", "interrupted", "error"] | None = None
     limit: int | None = Field(None, description="1 to CRIOGEN_MAX_SEARCH_LIMIT; default 20.")
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
     sort_by: (
         Literal["thread_id", "status", "created_at", "updated_at", "state_updated_at"] | None
     ) = None

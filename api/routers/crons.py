@@ -17,7 +17,7 @@ from pydantic import Field
 from api import crons, threads
 from api.auth import Principal, principal
 from api.models import Cron
-from api.schemas import ErrorOut, In, JsonObject, StreamModeName
+from api.schemas import MAX_OFFSET, ErrorOut, In, JsonObject, StreamModeName
 from criogen.engine.errors import InvalidArgument
 
 thread_router = Router(tags=["crons"])
@@ -71,7 +71,7 @@ class CronSearchIn(In):
     enabled: bool | None = None
     metadata: JsonObject | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
     sort_by: (
         Literal[
             "cron_id",

@@ -41,7 +41,7 @@ from criogen.runner import enqueue_run, request_stop, start_next
 from criogen.selectors import RunNotFound
 from criogen.services.assistants import resolve_assistant
 from criogen.storage.models import Assistant, Checkpoint, Run, Thread
-from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
+from criogen.storage.models.runs import ACTIVE_RUN_STATUSES, open_sealed, sealing
 
 __all__ = [
     "MULTITASK_STRATEGIES",
@@ -159,6 +159,12 @@ def create_run(
         thread = _thread_for_run(thread_id, if_not_exists, owner, run_id)
         # Lock the thread row: runs created concurrently on one thread see each other.
         thread = Thread.objects.select_for_update().get(pk=thread.pk)
+        if thread.head_id and sealing():
+            # A key that cannot read the thread must not seal a run row on it either (a
+            # row no right key could read back): refuse now, nothing written.
+            head = Checkpoint.objects.filter(pk=thread.head_id).values_list("body", flat=True)
+            for body in head:
+                open_sealed(body)
         active = list(
             Run.objects.filter(thread=thread, status__in=ACTIVE_RUN_STATUSES).order_by("created_at")
         )

@@ -5,16 +5,25 @@ conditional ``UPDATE`` (``pending`` -> ``running``) and keeps a lease on the row
 (``lease_expires``) alive while it works, so the reaper can tell a run whose worker
 died from a live one. State changes go through :mod:`criogen.services.runs` and
 :mod:`criogen.runner`; these models only hold the data.
+
+What a run was asked and what it answered (``input``, ``command``, ``metadata``,
+``kwargs``, ``error``) is user data: with ``CRIOGEN_ENCRYPTION_KEY`` set it is sealed
+at rest like states and checkpoints (:class:`SealedJSONField`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
+from functools import lru_cache
+from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from criogen.engine.crypto import ENV_VAR, Cipher, open_without_key
 from criogen.storage.models.threads import Thread
 
 RUN_STATUSES = [
@@ -25,6 +34,67 @@ ACTIVE_RUN_STATUSES = ("pending", "running")
 MULTITASK_STRATEGIES = [(s, s) for s in ("reject", "interrupt", "rollback", "enqueue")]
 DURABILITIES = [(s, s) for s in ("sync", "async", "exit")]
 CANCEL_ACTIONS = [(s, s) for s in ("interrupt", "rollback")]
+
+
+@lru_cache(maxsize=8)
+def _cipher_for(key: str | None) -> Cipher | None:
+    return Cipher(key) if key else None
+
+
+def _cipher() -> Cipher | None:
+    """The cipher of ``CRIOGEN_ENCRYPTION_KEY`` (the setting, else the environment), as
+    :meth:`criogen.storage.orm.OrmStorage` picks it for states and checkpoints."""
+    key = getattr(settings, "CRIOGEN_ENCRYPTION_KEY", None) or os.environ.get(ENV_VAR) or None
+    return _cipher_for(key)
+
+
+def sealing() -> bool:
+    """Whether an encryption key is configured (new user data is sealed)."""
+    return _cipher() is not None
+
+
+def open_sealed(text: str) -> str:
+    """Stored text opened with the configured key(s): plain text as it is; raises
+    :class:`~criogen.engine.crypto.EncryptionKeyInvalid` when no key opens it."""
+    cipher = _cipher()
+    return cipher.open(text) if cipher is not None else open_without_key(text)
+
+
+class SealedJSONField(models.JSONField):
+    """A JSON value kept in a text column, sealed (Fernet) when a key is configured.
+
+    The column holds the JSON text, or its Fernet token when ``CRIOGEN_ENCRYPTION_KEY``
+    is set; reading opens either, so rows written before encryption was turned on stay
+    readable, and a sealed row read without the right key raises
+    :class:`~criogen.engine.crypto.EncryptionKeyInvalid` (``encryption_key_invalid``)
+    rather than returning garbage. Python ``None`` is SQL ``NULL`` (``isnull`` lookups
+    work); JSON path lookups do not, since the database cannot look inside ciphertext.
+    """
+
+    def get_internal_type(self) -> str:
+        return "TextField"
+
+    def db_type(self, connection: Any) -> str | None:
+        return models.TextField().db_type(connection)
+
+    def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
+        if hasattr(value, "as_sql"):
+            return value
+        if value is None:
+            return None
+        text = json.dumps(value, cls=self.encoder)
+        cipher = _cipher()
+        return cipher.seal(text) if cipher is not None else text
+
+    def get_db_prep_save(self, value: Any, connection: Any) -> Any:
+        if hasattr(value, "as_sql"):
+            return value
+        return self.get_db_prep_value(value, connection)
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        if value is None:
+            return None
+        return json.loads(open_sealed(value), cls=self.decoder)
 
 
 class Assistant(models.Model):
@@ -59,18 +129,18 @@ class Run(models.Model):
     assistant = models.ForeignKey(Assistant, on_delete=models.CASCADE, related_name="runs")
     graph_id = models.CharField(max_length=255)
     status = models.CharField(max_length=16, choices=RUN_STATUSES, default="pending")
-    input = models.JSONField(null=True, blank=True)
-    command = models.JSONField(null=True, blank=True)
+    input = SealedJSONField(null=True, blank=True)
+    command = SealedJSONField(null=True, blank=True)
     checkpoint_id = models.CharField(max_length=36, null=True, blank=True)
     durability = models.CharField(max_length=8, choices=DURABILITIES, default="async")
     multitask_strategy = models.CharField(
         max_length=16, choices=MULTITASK_STRATEGIES, default="enqueue"
     )
-    metadata = models.JSONField(default=dict, blank=True)
-    kwargs = models.JSONField(
+    metadata = SealedJSONField(default=dict, blank=True)
+    kwargs = SealedJSONField(
         default=dict, blank=True, help_text="config, context, stream_mode, webhook, …"
     )
-    error = models.JSONField(null=True, blank=True)
+    error = SealedJSONField(null=True, blank=True)
     # Who cancelled the run and how: a run "interrupted" with cancelled_by set was
     # stopped by a person or a newer run; without it, it is waiting for input.
     cancelled_by = models.CharField(max_length=255, null=True, blank=True)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connections
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 from django.utils import timezone
 
@@ -59,12 +62,22 @@ def thread_url(thread_id: str, suffix: str = "") -> str:
     """``/ui/threads/<id>/<suffix>`` without a ``reverse()`` per row (lists render many)."""
     from urllib.parse import quote
 
-    from django.urls import reverse
+    from django.urls import get_script_prefix
 
     from dashboard.converters import encode_thread_id
 
     segment = quote(encode_thread_id(thread_id), safe="~")
-    return f"{reverse('dashboard:threads')}{segment}/{suffix}"
+    return f"{_threads_root(get_script_prefix())}{segment}/{suffix}"
+
+
+@lru_cache(maxsize=16)
+def _threads_root(prefix: str) -> str:
+    """``reverse('dashboard:threads')`` under the script ``prefix`` (the cache key: the
+    URL only changes with it). An inbox page links each card several times, and each
+    ``reverse()`` cost more than the rest of the card's row."""
+    from django.urls import reverse
+
+    return reverse("dashboard:threads")
 
 
 def assistant_of(thread: Thread) -> str:
@@ -301,13 +314,32 @@ def inbox_count(user: User) -> int:
 
 def inbox_assistants(user: User) -> list[str]:
     """Assistants seen among the suspended threads (for the filter's choices), sorted."""
-    rows = suspended_threads(user).values_list("metadata", flat=True)[:1000]
-    names = {
-        str(m.get("graph_id") or m.get("assistant_id"))
-        for m in rows
-        if isinstance(m, dict) and (m.get("graph_id") or m.get("assistant_id"))
-    }
+    # The distinct pairs of the two keys, computed by the database: fetching and decoding
+    # 1,000 metadata documents to find a handful of names was most of the page's queries'
+    # time. The values are JSON text (as the ORM reads a JSON column), decoded here.
+    rows = suspended_threads(user).values_list(
+        KeyTransform("graph_id", "metadata"), KeyTransform("assistant_id", "metadata")
+    )[:1000]
+    sql, params = rows.query.sql_with_params()
+    with connections[rows.db].cursor() as cur:
+        cur.execute(f"SELECT DISTINCT * FROM ({sql}) AS seen", params)  # noqa: S608
+        pairs = cur.fetchall()
+    names = set()
+    for graph, assistant in pairs:
+        name = _json_value(graph) or _json_value(assistant)
+        if name:
+            names.add(str(name))
     return sorted(names)
+
+
+def _json_value(value: Any) -> Any:
+    """A JSON value as a raw cursor returns it: text to decode (None for SQL NULL)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
 
 
 # -- threads list ---------------------------------------------------------------------------

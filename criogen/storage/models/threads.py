@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.utils import timezone
 
@@ -24,6 +25,21 @@ HEAD_STATUSES = [
 ]
 SOURCES = [(s, s) for s in ("input", "step", "suspend", "failure", "fork")]
 TTL_STRATEGIES = [("delete", "delete"), ("keep_latest", "keep latest")]
+
+
+class PostgresGinIndex(GinIndex):
+    """A GIN index on PostgreSQL, and nothing on the other databases (SQLite has no GIN,
+    and what it would serve, ``@>`` on JSON, is only used on PostgreSQL)."""
+
+    def create_sql(self, model: Any, schema_editor: Any, using: str = "", **kwargs: Any) -> Any:
+        if schema_editor.connection.vendor != "postgresql":
+            return ""
+        return super().create_sql(model, schema_editor, using=using, **kwargs)
+
+    def remove_sql(self, model: Any, schema_editor: Any, **kwargs: Any) -> Any:
+        if schema_editor.connection.vendor != "postgresql":
+            return ""
+        return super().remove_sql(model, schema_editor, **kwargs)
 
 
 class Thread(models.Model):
@@ -64,6 +80,28 @@ class Thread(models.Model):
             # The inbox (suspended threads, oldest first) and "recently updated" lists.
             models.Index(fields=["head_status", "updated_at"], name="criogen_thread_status_idx"),
             models.Index(fields=["updated_at"], name="criogen_thread_updated_idx"),
+            # Search's default order (newest first), for operators and for each owner;
+            # and each owner's "recently updated" list (keyset pages of the dashboard).
+            models.Index(fields=["created_at"], name="criogen_thread_created_idx"),
+            models.Index(fields=["owner", "created_at"], name="criogen_thread_owner_new_idx"),
+            models.Index(fields=["owner", "updated_at"], name="criogen_thread_owner_upd_idx"),
+            # An owner's threads waiting for someone or failed (status filters, a user's
+            # inbox): a few percent of the rows, so a small partial index.
+            models.Index(
+                fields=["owner", "head_status", "created_at"],
+                name="criogen_thread_owner_wait_idx",
+                condition=models.Q(head_status__in=["suspended", "failed"]),
+            ),
+            # Threads a run's lease holds (the "busy" status filter).
+            models.Index(
+                fields=["lease_expires"],
+                name="criogen_thread_leased_idx",
+                condition=models.Q(lease_id__isnull=False),
+            ),
+            # Metadata filters (``metadata @> {...}``): one GIN entry per key and value.
+            PostgresGinIndex(
+                fields=["metadata"], opclasses=["jsonb_path_ops"], name="criogen_thread_meta_gin"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security.base import AuthBase
@@ -110,12 +110,30 @@ def auth_failures_retry_after(request: HttpRequest) -> int | None:
     return max(1, int(since + _failure_window() - time.time() + 0.999))
 
 
+def _operate_permission() -> Any:
+    """SQL: the token's user holds ``criogen.operate`` (directly or through a group),
+    as Django's ModelBackend decides it — in the token's own query."""
+    from django.contrib.auth.models import Permission
+
+    perm = Permission.objects.filter(content_type__app_label="criogen", codename="operate")
+    user = OuterRef("user_id")
+    return Exists(perm.filter(user=user)) | Exists(perm.filter(group__user=user))
+
+
+def _model_backend_only() -> bool:
+    return list(settings.AUTHENTICATION_BACKENDS) == ["django.contrib.auth.backends.ModelBackend"]
+
+
 def _from_token(token: str, request: HttpRequest | None = None) -> Principal | None:
     token = token.strip()
     if not token:
         return None
     # The lookup is by hash (unique index), then compared in constant time.
-    row = ApiToken.objects.select_related("user").filter(token_hash=hash_token(token)).first()
+    qs = ApiToken.objects.select_related("user").filter(token_hash=hash_token(token))
+    plain = _model_backend_only()
+    if plain:
+        qs = qs.annotate(operate=_operate_permission())
+    row = qs.first()
     if row is None or not row.matches(token) or not row.user.is_active:
         if request is not None:
             _note_failure(request)
@@ -125,8 +143,21 @@ def _from_token(token: str, request: HttpRequest | None = None) -> Principal | N
         # At most one write a minute per token: last_used is for humans, not audits.
         ApiToken.objects.filter(pk=row.pk).update(last_used=now)
     user = row.user
-    operator = bool(user.is_staff or user.is_superuser or user.has_perm("criogen.operate"))
+    operator = bool(
+        user.is_staff
+        or user.is_superuser
+        or (row.operate if plain else user.has_perm("criogen.operate"))  # type: ignore[attr-defined]
+    )
     return Principal(user=user, is_operator=operator)
+
+
+async def _from_token_off_loop(token: str, request: HttpRequest) -> Principal | None:
+    """:func:`_from_token` on the API's database threads (the auth is async: ninja
+    awaits it on the event loop for async endpoints and runs it to completion for
+    sync ones)."""
+    from api.aio import db
+
+    return await db(_from_token, token, request)
 
 
 def _auth_enabled() -> bool:
@@ -139,13 +170,13 @@ class BearerAuth(AuthBase):
     openapi_type = "http"
     openapi_scheme = "bearer"
 
-    def __call__(self, request: HttpRequest) -> Principal | None:
+    async def __call__(self, request: HttpRequest) -> Principal | None:
         if not _auth_enabled():
             return LOCAL
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer":
             return None
-        return _from_token(token, request)
+        return await _from_token_off_loop(token, request)
 
 
 class ApiKeyAuth(AuthBase):
@@ -155,10 +186,13 @@ class ApiKeyAuth(AuthBase):
     openapi_in = "header"
     openapi_name = "x-api-key"
 
-    def __call__(self, request: HttpRequest) -> Principal | None:
+    async def __call__(self, request: HttpRequest) -> Principal | None:
         if not _auth_enabled():
             return LOCAL
-        return _from_token(request.headers.get("x-api-key", ""), request)
+        token = request.headers.get("x-api-key", "")
+        if not token.strip():
+            return None
+        return await _from_token_off_loop(token, request)
 
 
 def auth_backends() -> list[Any]:

@@ -19,14 +19,24 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.middleware import clickjacking, common, security
+from django.utils.deprecation import MiddlewareMixin
 
 from api.auth import auth_failures_retry_after
 from api.errors import problem
 
-__all__ = ["AuthFailureLimitMiddleware", "BodySizeLimitMiddleware", "DEFAULT_MAX_BODY_BYTES"]
+__all__ = [
+    "AuthFailureLimitMiddleware",
+    "BodySizeLimitMiddleware",
+    "CommonMiddleware",
+    "DEFAULT_MAX_BODY_BYTES",
+    "SecurityMiddleware",
+    "XFrameOptionsMiddleware",
+    "api_middleware",
+]
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
@@ -76,6 +86,12 @@ def _locked_out(request: HttpRequest) -> HttpResponse | None:
     return response
 
 
+def _local_cache() -> bool:
+    """Django's default cache lives in this process (LocMemCache): no I/O to wait for."""
+    backend = str(settings.CACHES.get("default", {}).get("BACKEND", ""))
+    return backend.endswith(".LocMemCache")
+
+
 class _Gate:
     """A middleware that answers early when ``refuse(request)`` returns a response,
     and otherwise passes the request on (sync and async)."""
@@ -83,7 +99,8 @@ class _Gate:
     sync_capable = True
     async_capable = True
     off_loop = False
-    """Run ``refuse`` in a worker thread under ASGI (it may do I/O)."""
+    """Run ``refuse`` on the API's database threads under ASGI (it may do I/O), unless
+    the cache is in this process."""
 
     @staticmethod
     def refuse(request: HttpRequest) -> HttpResponse | None:
@@ -102,8 +119,10 @@ class _Gate:
         return refused if refused is not None else self.get_response(request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponse:
-        if self.off_loop:
-            refused = await sync_to_async(self.refuse)(request)
+        if self.off_loop and not _local_cache():
+            from api.aio import db
+
+            refused = await db(self.refuse, request)
         else:
             refused = self.refuse(request)
         if refused is not None:
@@ -121,4 +140,80 @@ class AuthFailureLimitMiddleware(_Gate):
     """Answer ``429`` with ``Retry-After`` to a client IP over the bad-token limit."""
 
     refuse = staticmethod(_locked_out)
-    off_loop = True  # the cache may do I/O (a shared cache in production)
+    off_loop = True  # a shared cache (production, several processes) does I/O
+
+
+# -- the REST API's middleware under ASGI ------------------------------------------------
+# Django runs the hooks of a classic (MiddlewareMixin) middleware on the one thread that
+# also runs sync views: under ASGI every request would hop to that thread and back twice
+# per middleware, and queue behind whatever it is doing. criogen.asgi serves the API's
+# paths with the chain below instead: the same middleware, less those that only serve
+# browsers (sessions, CSRF, the signed-in user, messages: a token-authenticated API
+# never reads or sets a cookie, so they add nothing to its responses), and Django's
+# header middleware called inline on the event loop (their hooks are pure computation).
+
+BROWSER_ONLY = frozenset(
+    {
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "django.middleware.csrf.CsrfViewMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "django.contrib.messages.middleware.MessageMiddleware",
+    }
+)
+
+
+class _Inline:
+    """An async middleware that calls a classic middleware's ``process_request`` and
+    ``process_response`` in place, on the event loop (only for hooks that do no I/O)."""
+
+    sync_capable = False
+    async_capable = True
+    wrapped: type[MiddlewareMixin]
+
+    def __init__(self, get_response: Callable[[HttpRequest], Awaitable[HttpResponse]]) -> None:
+        self.get_response = get_response
+        self.inner = self.wrapped(get_response)
+        self.before = getattr(self.inner, "process_request", None)
+        self.after = getattr(self.inner, "process_response", None)
+        markcoroutinefunction(self)
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.before(request) if self.before is not None else None
+        if response is None:
+            response = await self.get_response(request)
+        if self.after is not None:
+            response = self.after(request, response)
+        return response
+
+
+class SecurityMiddleware(_Inline):
+    """Django's SecurityMiddleware (HSTS, nosniff, referrer policy, SSL redirect), inline."""
+
+    wrapped = security.SecurityMiddleware
+
+
+class CommonMiddleware(_Inline):
+    """Django's CommonMiddleware (Content-Length, slash redirects), inline."""
+
+    wrapped = common.CommonMiddleware
+
+
+class XFrameOptionsMiddleware(_Inline):
+    """Django's XFrameOptionsMiddleware (``X-Frame-Options``), inline."""
+
+    wrapped = clickjacking.XFrameOptionsMiddleware
+
+
+INLINE = {
+    "django.middleware.security.SecurityMiddleware": "api.middleware.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware": "api.middleware.CommonMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware": (
+        "api.middleware.XFrameOptionsMiddleware"
+    ),
+}
+
+
+def api_middleware(middleware: list[str]) -> list[str]:
+    """The API's chain from the site's ``MIDDLEWARE``: browser-only ones left out,
+    Django's header middleware made inline, every other one kept in its place."""
+    return [INLINE.get(path, path) for path in middleware if path not in BROWSER_ONLY]

@@ -33,10 +33,10 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, get_args
 
-from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from api import threads
+from api.aio import db
 from api.auth import Principal
 from api.schemas import StreamModeName
 from criogen.engine.checkpoints import Checkpoint
@@ -361,14 +361,14 @@ async def sse_stream(
     try:
         yield _sse("metadata", {"run_id": run_id, "attempt": 1})
         known_updates: dict[str, dict[str, Any]] = {}
-        last_version = await sync_to_async(_start_version)(thread_id, run_id)
-        before = await sync_to_async(_state_at_version)(thread_id, last_version)
+        last_version = await db(_start_version, thread_id, run_id)
+        before = await db(_state_at_version, thread_id, last_version)
         previous: Checkpoint | None = None
         while True:
-            status = await sync_to_async(_status)(run_id)
-            for cp in await sync_to_async(_new_checkpoints)(thread_id, run_id, last_version):
+            status = await db(_status, run_id)
+            for cp in await db(_new_checkpoints, thread_id, run_id, last_version):
                 updates = _updates_of(cp, known_updates.pop(cp.id, None), previous, before)
-                for chunk in await sync_to_async(_events_for)(cp, modes, updates, run_id, before):
+                for chunk in await db(_events_for, cp, modes, updates, run_id, before):
                     yield chunk
                 last_version, previous, before = cp.version, cp, cp.state
             if status is None or status in ENDED:
@@ -381,7 +381,7 @@ async def sse_stream(
             if event.get("type") == "checkpoint.written" and event.get("run_id") == run_id:
                 known_updates[str(event.get("checkpoint_id"))] = event.get("updates") or {}
         ended = True
-        run = await sync_to_async(Run.objects.filter(pk=run_id).first)()
+        run = await db(Run.objects.filter(pk=run_id).first)
         if run is not None and run.status == "error":
             error = run.error or {}
             yield _sse(
@@ -395,9 +395,11 @@ async def sse_stream(
     finally:
         await layer.group_discard(thread_group(thread_id), name)
         if not ended and cancel_on_disconnect:
-            await sync_to_async(_cancel_quietly)(run_id, cancelled_by)
+            await db(_cancel_quietly, run_id, cancelled_by)
         if after_end is not None:
-            await sync_to_async(after_end)()
+            await db(
+                after_end,
+            )
 
 
 async def thread_stream(*, thread_id: str, modes: list[str]) -> AsyncIterator[bytes]:
@@ -425,7 +427,7 @@ async def thread_stream(*, thread_id: str, modes: list[str]) -> AsyncIterator[by
             except TimeoutError:
                 yield b": heartbeat\n\n"
                 continue
-            for chunk in await sync_to_async(_thread_event)(thread_id, event, modes):
+            for chunk in await db(_thread_event, thread_id, event, modes):
                 yield chunk
     finally:
         await layer.group_discard(thread_group(thread_id), name)

@@ -27,7 +27,6 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet
-from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from api.auth import Principal
@@ -35,7 +34,7 @@ from api.errors import Conflict
 from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.checkpoints import check_thread_id as engine_check_thread_id
 from criogen.engine.errors import CheckpointNotFound, InvalidArgument, ThreadNotFound
-from criogen.selectors import with_status
+from criogen.selectors import filter_metadata, filter_status, thread_heads, with_status
 from criogen.storage.models import Checkpoint as CheckpointRow
 from criogen.storage.models import Thread
 from criogen.storage.models import Value as ValueRow
@@ -89,6 +88,13 @@ def load_thread(who: Principal, thread_id: str, *, for_update: bool = False) -> 
     if row is None:
         raise ThreadNotFound(f"thread {thread_id!r} not found.", thread_id=thread_id)
     return row
+
+
+def check_visible(who: Principal, thread_id: str) -> None:
+    """ThreadNotFound (404) unless the thread exists and the caller may see it: what
+    :func:`load_thread` checks, in one index lookup without the status."""
+    if not who.scope(Thread.objects.filter(pk=thread_id)).exists():
+        raise ThreadNotFound(f"thread {thread_id!r} not found.", thread_id=thread_id)
 
 
 def task_id(checkpoint_id: str, node: str) -> str:
@@ -259,6 +265,14 @@ def create_thread(
         )
     if who.name is not None:
         meta["owner"] = who.name
+    if thread_id is None and not supersteps:
+        # A new UUID: one INSERT, no lookup first. A thread just created has no run,
+        # no lease and no checkpoint, so it is idle.
+        row = Thread(id=tid, metadata=meta, owner=who.user)
+        apply_ttl(row, parsed_ttl or default_ttl())
+        row.save(force_insert=True)
+        row.rest_status = "idle"  # type: ignore[attr-defined]
+        return row
     with transaction.atomic():
         existing = Thread.objects.select_for_update().filter(pk=tid).first()
         if existing is not None:
@@ -466,14 +480,10 @@ def _filtered(
             raise InvalidArgument(
                 f"status is {status!r}; use idle, busy, interrupted or error.", field="status"
             )
-        qs = qs.filter(rest_status=status)
+        qs = filter_status(qs, status)
     if ids:
         qs = qs.filter(pk__in=list(ids))
-    for n, (key, value) in enumerate((metadata or {}).items()):
-        # One alias per key: KeyTransform takes any key text, even with "__" in it.
-        name = f"_meta{n}"
-        qs = qs.alias(**{name: KeyTransform(key, "metadata")}).filter(**{name: value})
-    return qs
+    return filter_metadata(qs, metadata or {})
 
 
 def _values_match(state: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:
@@ -511,7 +521,8 @@ def search_threads(
     store = storage()
     if not values:
         rows = list(qs[offset : offset + limit])
-        return [(row, store.head(row.id) if row.head_version else None) for row in rows]
+        heads = thread_heads(rows)
+        return [(row, heads.get(row.id)) for row in rows]
     # State values live in checkpoints, not in the thread row: filter the candidates by
     # their head state, in pages, until the window is full.
     out: list[tuple[Thread, Checkpoint | None]] = []
@@ -652,7 +663,7 @@ def check_checkpoint_id(value: Any, field: str = "checkpoint_id") -> str:
 
 def get_state(who: Principal, thread_id: str, *, select: list[str] | None = None) -> dict[str, Any]:
     """The thread's current state (its head)."""
-    load_thread(who, thread_id)
+    check_visible(who, thread_id)
     return state_out(thread_id, storage().head(thread_id), select=select)
 
 
@@ -660,7 +671,7 @@ def state_at(
     who: Principal, thread_id: str, checkpoint_id: str, *, select: list[str] | None = None
 ) -> dict[str, Any]:
     """The state at one checkpoint of the thread (404 if it has no such checkpoint)."""
-    load_thread(who, thread_id)
+    check_visible(who, thread_id)
     cid = check_checkpoint_id(checkpoint_id)
     return state_out(thread_id, storage().get_checkpoint(thread_id, cid), select=select)
 
@@ -699,7 +710,7 @@ def history(
     """The thread's states, newest first: at most ``limit``, from the checkpoint ``at``
     back (LangGraph's ``checkpoint`` filter), older than the checkpoint ``before``,
     whose metadata contains ``metadata``."""
-    load_thread(who, thread_id)
+    check_visible(who, thread_id)
     cap = int(getattr(settings, "CRIOGEN_MAX_SEARCH_LIMIT", 1000))
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or limit > cap:
         raise InvalidArgument(f"limit is {limit!r}; use 1 to {cap}.", field="limit")

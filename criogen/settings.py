@@ -117,6 +117,14 @@ DATABASES = {
     )
 }
 DATABASES["default"]["CONN_MAX_AGE"] = envint("CONN_MAX_AGE", 60)
+# The REST API does its database work on this many threads, each with its own
+# connection (api.aio): the API's share of the database's connections.
+CRIOGEN_API_THREADS = envint("CRIOGEN_API_THREADS", 8)
+# How long (seconds) those threads keep their connections. They are a pool: with
+# CONN_MAX_AGE=0 (a new connection per request) they would open one per query batch.
+CRIOGEN_API_CONN_MAX_AGE = envint(
+    "CRIOGEN_API_CONN_MAX_AGE", DATABASES["default"]["CONN_MAX_AGE"] or 60
+)
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # Tests use a file, not Django's shared-cache in-memory database: runs execute on
     # worker threads, and shared-cache table locks do not honour the busy timeout.

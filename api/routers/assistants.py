@@ -24,9 +24,10 @@ from django.utils import timezone
 from ninja import Router, Schema
 from pydantic import Field
 
+from api.aio import db
 from api.auth import Principal, principal
 from api.errors import Conflict
-from api.schemas import ErrorOut, In, JsonObject
+from api.schemas import MAX_OFFSET, ErrorOut, In, JsonObject
 from criogen.engine.errors import InvalidArgument
 from criogen.storage.models import Assistant
 
@@ -68,7 +69,7 @@ class AssistantSearchIn(In):
     graph_id: str | None = None
     name: str | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
     sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
     sort_order: Literal["asc", "desc"] | None = None
     select: list[str] | None = None
@@ -87,7 +88,7 @@ class VersionsIn(In):
 
     metadata: JsonObject | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
 
 
 class LatestIn(In):
@@ -231,8 +232,14 @@ def create_assistant(request: HttpRequest, payload: AssistantCreateIn) -> dict[s
     operation_id="search_assistants",
     summary="Search assistants",
 )
-def search_assistants(request: HttpRequest, payload: AssistantSearchIn) -> list[dict[str, Any]]:
+async def search_assistants(
+    request: HttpRequest, payload: AssistantSearchIn
+) -> list[dict[str, Any]]:
     """Assistants by metadata, graph id and name; newest first by default."""
+    return await db(_search_assistants, payload)
+
+
+def _search_assistants(payload: AssistantSearchIn) -> list[dict[str, Any]]:
     field = payload.sort_by or "created_at"
     descending = (payload.sort_order or "desc") == "desc"
     qs = _filtered(payload.metadata, payload.graph_id, payload.name).order_by(
@@ -257,8 +264,12 @@ def search_assistants(request: HttpRequest, payload: AssistantSearchIn) -> list[
     operation_id="count_assistants",
     summary="Count assistants",
 )
-def count_assistants(request: HttpRequest, payload: AssistantCountIn) -> int:
+async def count_assistants(request: HttpRequest, payload: AssistantCountIn) -> int:
     """How many assistants match."""
+    return await db(_count_assistants, payload)
+
+
+def _count_assistants(payload: AssistantCountIn) -> int:
     return int(_filtered(payload.metadata, payload.graph_id, payload.name).count())
 
 
@@ -268,9 +279,9 @@ def count_assistants(request: HttpRequest, payload: AssistantCountIn) -> int:
     operation_id="get_assistant",
     summary="Get an assistant",
 )
-def get_assistant(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
+async def get_assistant(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
     """One assistant, by its UUID or by a graph id (the graph's default assistant)."""
-    return assistant_out(_load(assistant_id))
+    return assistant_out(await db(_load, assistant_id))
 
 
 @router.patch(

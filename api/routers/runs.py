@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -18,9 +17,10 @@ from ninja import Query, Router
 
 from api import runs as api_runs
 from api import threads
+from api.aio import db, wait_for_run
 from api.auth import Principal, principal
-from api.schemas import ErrorOut, RunBatchItemIn, RunCreateIn, RunOut, RunsCancelIn
-from criogen.engine.errors import InvalidArgument
+from api.schemas import MAX_OFFSET, ErrorOut, RunBatchItemIn, RunCreateIn, RunOut, RunsCancelIn
+from criogen.engine.errors import InvalidArgument, ThreadNotFound
 from criogen.storage.models import Run, Thread
 
 thread_router = Router(tags=["thread runs"])
@@ -51,11 +51,15 @@ def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
     from criogen.services.runs import create_run
 
     api_runs.check_options(payload)
-    existed = thread_id is not None and Thread.objects.filter(pk=thread_id).exists()
-    if existed:
-        threads.load_thread(who, str(thread_id))  # another user's thread: 404
-    elif thread_id is not None:
-        threads.check_thread_id(thread_id)
+    existed = False
+    if thread_id is not None:
+        owners = list(Thread.objects.filter(pk=thread_id).values_list("owner_id", flat=True)[:1])
+        existed = bool(owners)
+        if existed and not (who.is_operator or owners[0] == who.user_id):
+            # Another user's thread: 404, as load_thread answers.
+            raise ThreadNotFound(f"thread {thread_id!r} not found.", thread_id=thread_id)
+        if not existed:
+            threads.check_thread_id(thread_id)
     command = payload.command.model_dump(exclude_unset=True) if payload.command else None
     for key in ("update", "goto"):
         if command and command.get(key) is not None:
@@ -140,14 +144,14 @@ async def _wait_response(
             "on_disconnect='cancel' is supported on streams only; wait runs continue.",
             field="on_disconnect",
         )
-    run = await sync_to_async(_create)(who, thread_id, payload)
+    run = await db(_create, who, thread_id, payload)
     cleanup = (
         _stateless_cleanup(run, payload.on_completion, "delete") if thread_id is None else None
     )
-    run = await sync_to_async(_wait, thread_sensitive=False)(run)
-    result = await sync_to_async(api_runs.run_result)(run)
+    run = await wait_for_run(run)
+    result = await db(api_runs.run_result, run)
     if cleanup is not None:
-        await sync_to_async(cleanup)()
+        await db(cleanup)
     response = JsonResponse(result, safe=False, json_dumps_params={"default": str})
     response["Content-Location"] = _location(run, stateless=thread_id is None)
     return response
@@ -169,7 +173,7 @@ async def _stream_response(
         await layer.group_add(thread_group(thread_id), name)
         channel = (layer, name)
     try:
-        run = await sync_to_async(_create)(who, thread_id, payload)
+        run = await db(_create, who, thread_id, payload)
     except BaseException:
         if channel is not None:
             await channel[0].group_discard(thread_group(str(thread_id)), channel[1])
@@ -207,11 +211,11 @@ def _sse_response(body: Any, location: str | None = None) -> StreamingHttpRespon
     operation_id="create_run",
     summary="Create a background run",
 )
-def create_run(
+async def create_run(
     request: HttpRequest, response: HttpResponse, thread_id: str, payload: RunCreateIn
 ) -> dict[str, Any]:
     """Start a run in the background; answer the run (``pending``)."""
-    run = _create(principal(request), thread_id, payload)
+    run = await db(_create, principal(request), thread_id, payload)
     response["Content-Location"] = _location(run)
     return api_runs.run_out(run)
 
@@ -247,7 +251,7 @@ async def stream_run(request: HttpRequest, thread_id: str, payload: RunCreateIn)
     operation_id="list_runs",
     summary="List a thread's runs",
 )
-def list_runs(
+async def list_runs(
     request: HttpRequest,
     thread_id: str,
     limit: int = 10,
@@ -256,14 +260,25 @@ def list_runs(
     select: list[str] | None = Query(None),  # noqa: B008 - ninja's parameter marker
 ) -> list[dict[str, Any]]:
     """The thread's runs, newest first."""
+    return await db(_list_runs, principal(request), thread_id, limit, offset, status, select)
+
+
+def _list_runs(
+    who: Principal,
+    thread_id: str,
+    limit: int,
+    offset: int,
+    status: str | None,
+    select: list[str] | None,
+) -> list[dict[str, Any]]:
     from criogen.selectors import runs_for_thread
 
-    threads.load_thread(principal(request), thread_id)
+    threads.load_thread(who, thread_id)
     cap = int(settings.CRIOGEN_MAX_SEARCH_LIMIT)
     if limit < 1 or limit > cap:
         raise InvalidArgument(f"limit is {limit}; use 1 to {cap}.", field="limit")
-    if offset < 0:
-        raise InvalidArgument(f"offset is {offset}; use 0 or more.", field="offset")
+    if offset < 0 or offset > MAX_OFFSET:
+        raise InvalidArgument(f"offset is {offset}; use 0 to {MAX_OFFSET}.", field="offset")
     statuses = ("pending", "running", "success", "error", "interrupted", "timeout")
     if status and status not in statuses:
         raise InvalidArgument(f"status is {status!r}; use {', '.join(statuses)}.", field="status")
@@ -286,9 +301,10 @@ def list_runs(
     operation_id="get_run",
     summary="Get a run",
 )
-def get_run(request: HttpRequest, thread_id: str, run_id: str) -> dict[str, Any]:
+async def get_run(request: HttpRequest, thread_id: str, run_id: str) -> dict[str, Any]:
     """One run of the thread."""
-    return api_runs.run_out(api_runs.load_run(principal(request), thread_id, run_id))
+    run = await db(api_runs.load_run, principal(request), thread_id, run_id)
+    return api_runs.run_out(run)
 
 
 @thread_router.delete(
@@ -297,12 +313,16 @@ def get_run(request: HttpRequest, thread_id: str, run_id: str) -> dict[str, Any]
     operation_id="delete_run",
     summary="Delete a run",
 )
-def delete_run(request: HttpRequest, thread_id: str, run_id: str) -> tuple[int, None]:
+async def delete_run(request: HttpRequest, thread_id: str, run_id: str) -> tuple[int, None]:
     """Delete an ended run (an active one is a 409: cancel it first)."""
+    await db(_delete_run, principal(request), thread_id, run_id)
+    return 204, None
+
+
+def _delete_run(who: Principal, thread_id: str, run_id: str) -> None:
     from criogen.services.runs import delete_run as delete
 
-    delete(run=api_runs.load_run(principal(request), thread_id, run_id))
-    return 204, None
+    delete(run=api_runs.load_run(who, thread_id, run_id))
 
 
 @thread_router.post(
@@ -325,11 +345,11 @@ async def cancel_run(
     from criogen.services.runs import cancel_run as cancel
 
     who = principal(request)
-    run = await sync_to_async(api_runs.load_run)(who, thread_id, run_id)
-    run = await sync_to_async(cancel)(run=run, action=action, by=who.name or "api")
+    run = await db(api_runs.load_run, who, thread_id, run_id)
+    run = await db(cancel, run=run, action=action, by=who.name or "api")
     if wait:
-        run = await sync_to_async(_wait, thread_sensitive=False)(run, 60.0)
-    return await sync_to_async(api_runs.run_out)(run)
+        run = await wait_for_run(run, 60.0)
+    return api_runs.run_out(run)
 
 
 @thread_router.get(
@@ -340,10 +360,10 @@ async def cancel_run(
 )
 async def join_run(request: HttpRequest, thread_id: str, run_id: str) -> HttpResponse:
     """Wait until the run ends; answer like ``wait``."""
-    run = await sync_to_async(api_runs.load_run)(principal(request), thread_id, run_id)
-    run = await sync_to_async(_wait, thread_sensitive=False)(run)
+    run = await db(api_runs.load_run, principal(request), thread_id, run_id)
+    run = await wait_for_run(run)
     return JsonResponse(
-        await sync_to_async(api_runs.run_result)(run),
+        await db(api_runs.run_result, run),
         safe=False,
         json_dumps_params={"default": str},
     )
@@ -366,7 +386,7 @@ async def join_run_stream(
     """The run's events from its first checkpoint on (a finished run replays them and
     ends), in ``stream_mode`` (default: the modes the run was created with)."""
     who = principal(request)
-    run = await sync_to_async(api_runs.load_run)(who, thread_id, run_id)
+    run = await db(api_runs.load_run, who, thread_id, run_id)
     wanted = [m for m in (stream_mode or []) if m]
     modes = api_runs.stream_modes(wanted or (run.kwargs or {}).get("stream_mode"))
     body = api_runs.sse_stream(
@@ -393,7 +413,7 @@ async def join_thread_stream(
 ) -> HttpResponse:
     """The thread's live events (``run_modes``, ``lifecycle``, ``state_update``; default
     ``run_modes``) until the client disconnects. Nothing is replayed."""
-    await sync_to_async(threads.load_thread)(principal(request), thread_id)
+    await db(threads.load_thread, principal(request), thread_id)
     modes = [m for m in (stream_mode or []) if m] or ["run_modes"]
     for mode in modes:
         if mode not in ("run_modes", "lifecycle", "state_update"):
@@ -413,12 +433,12 @@ async def join_thread_stream(
     operation_id="create_stateless_run",
     summary="Create a stateless background run",
 )
-def create_stateless_run(
+async def create_stateless_run(
     request: HttpRequest, response: HttpResponse, payload: RunCreateIn
 ) -> dict[str, Any]:
     """A run on a new thread of its own. ``on_completion`` ``keep`` (the default here)
     keeps that thread; ``delete`` removes it when the run ends."""
-    run = _create(principal(request), None, payload)
+    run = await db(_create, principal(request), None, payload)
     cleanup = _stateless_cleanup(run, payload.on_completion, "keep")
     if cleanup is not None:
         _delete_when_done(run, cleanup)
@@ -457,9 +477,12 @@ async def stream_stateless_run(request: HttpRequest, payload: RunCreateIn) -> Ht
     operation_id="create_runs_batch",
     summary="Create several background runs",
 )
-def create_batch(request: HttpRequest, payload: list[RunBatchItemIn]) -> list[dict[str, Any]]:
+async def create_batch(request: HttpRequest, payload: list[RunBatchItemIn]) -> list[dict[str, Any]]:
     """Each item is a background run (on ``thread_id``, or stateless without it)."""
-    who = principal(request)
+    return await db(_create_batch, principal(request), payload)
+
+
+def _create_batch(who: Principal, payload: list[RunBatchItemIn]) -> list[dict[str, Any]]:
     out = []
     for item in payload:
         data = item.model_dump(exclude_unset=True)
@@ -475,14 +498,18 @@ def create_batch(request: HttpRequest, payload: list[RunBatchItemIn]) -> list[di
     operation_id="cancel_runs",
     summary="Cancel several runs",
 )
-def cancel_many(
+async def cancel_many(
     request: HttpRequest, payload: RunsCancelIn, action: str = "interrupt"
 ) -> tuple[int, None]:
     """Cancel the named runs, or the thread's runs with ``status`` (pending, running,
     all)."""
+    await db(_cancel_many, principal(request), payload, action)
+    return 204, None
+
+
+def _cancel_many(who: Principal, payload: RunsCancelIn, action: str) -> None:
     from criogen.services.runs import cancel_run as cancel
 
-    who = principal(request)
     if not payload.run_ids and not payload.thread_id and not payload.status:
         raise InvalidArgument("name run_ids, a thread_id or a status.", field="run_ids")
     qs = Run.objects.filter(status__in=("pending", "running"))
@@ -495,7 +522,6 @@ def cancel_many(
         qs = qs.filter(status=payload.status)
     for run in who.scope(qs, "thread__owner"):
         cancel(run=run, action=action, by=who.name or "api")
-    return 204, None
 
 
 def _uuid(value: str) -> str:

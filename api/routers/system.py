@@ -10,6 +10,7 @@ from django.db import connection
 from django.http import HttpRequest
 from ninja import Router
 
+from api.aio import db
 from api.schemas import InfoOut, OkOut
 
 router = Router(tags=["system"], auth=None)
@@ -23,11 +24,15 @@ def _version() -> str:
 
 
 @router.get("/ok", response=OkOut, operation_id="ok", summary="Health check")
-def ok(request: HttpRequest) -> dict[str, Any]:
+async def ok(request: HttpRequest) -> dict[str, Any]:
     """``{"ok": true}`` when the server and its database answer."""
+    await db(_ping)
+    return {"ok": True}
+
+
+def _ping() -> None:
     with connection.cursor() as cur:
         cur.execute("SELECT 1")
-    return {"ok": True}
 
 
 @router.get("/info", response=InfoOut, operation_id="info", summary="Server information")

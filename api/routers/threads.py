@@ -14,7 +14,8 @@ from django.http import HttpRequest
 from ninja import Query, Router
 
 from api import threads
-from api.auth import principal
+from api.aio import db
+from api.auth import Principal, principal
 from api.schemas import (
     ErrorOut,
     HistoryIn,
@@ -57,11 +58,15 @@ def _ttl(value: Any) -> Any:
     operation_id="create_thread",
     summary="Create a thread",
 )
-def create_thread(request: HttpRequest, payload: ThreadCreateIn) -> dict[str, Any]:
+async def create_thread(request: HttpRequest, payload: ThreadCreateIn) -> dict[str, Any]:
     """Create a thread. An explicit ``thread_id`` must be 1–255 non-blank characters
     (else 422); an existing one is a 409 unless ``if_exists="do_nothing"``."""
+    return await db(_create_thread, principal(request), payload)
+
+
+def _create_thread(who: Principal, payload: ThreadCreateIn) -> dict[str, Any]:
     row = threads.create_thread(
-        principal(request),
+        who,
         thread_id=payload.thread_id,
         metadata=payload.metadata,
         if_exists=payload.if_exists,
@@ -78,13 +83,17 @@ def create_thread(request: HttpRequest, payload: ThreadCreateIn) -> dict[str, An
     operation_id="search_threads",
     summary="Search threads",
 )
-def search_threads(request: HttpRequest, payload: ThreadSearchIn) -> list[dict[str, Any]]:
+async def search_threads(request: HttpRequest, payload: ThreadSearchIn) -> list[dict[str, Any]]:
     """Threads by metadata, state values, status and ids; ``limit`` 1 to
     ``CRIOGEN_MAX_SEARCH_LIMIT`` (default min(20, cap)), ``offset``, ``sort_by``."""
     if payload.extract and len(payload.extract) > 10:
         raise InvalidArgument("extract takes at most 10 paths.", field="extract")
+    return await db(_search_threads, principal(request), payload)
+
+
+def _search_threads(who: Principal, payload: ThreadSearchIn) -> list[dict[str, Any]]:
     found = threads.search_threads(
-        principal(request),
+        who,
         metadata=payload.metadata,
         values=payload.values,
         status=payload.status,
@@ -106,10 +115,14 @@ def search_threads(request: HttpRequest, payload: ThreadSearchIn) -> list[dict[s
 @router.post(
     "/count", response={200: int, **ERRORS}, operation_id="count_threads", summary="Count threads"
 )
-def count_threads(request: HttpRequest, payload: ThreadCountIn) -> int:
+async def count_threads(request: HttpRequest, payload: ThreadCountIn) -> int:
     """How many threads match the filters (same filters as search)."""
-    return threads.count_threads(
-        principal(request), metadata=payload.metadata, values=payload.values, status=payload.status
+    return await db(
+        threads.count_threads,
+        principal(request),
+        metadata=payload.metadata,
+        values=payload.values,
+        status=payload.status,
     )
 
 
@@ -119,14 +132,16 @@ def count_threads(request: HttpRequest, payload: ThreadCountIn) -> int:
     operation_id="prune_threads",
     summary="Prune threads",
 )
-def prune_threads(request: HttpRequest, payload: ThreadPruneIn | None = None) -> dict[str, Any]:
+async def prune_threads(
+    request: HttpRequest, payload: ThreadPruneIn | None = None
+) -> dict[str, Any]:
     """Without a body: apply the caller's expired TTL policies now and answer
     ``{"deleted", "pruned"}``. With ``{"thread_ids", "strategy"}`` (the SDK): prune
     those threads and answer ``pruned_count`` too. Threads with active runs are skipped."""
     who = principal(request)
     if payload is None:
-        return threads.prune_expired(who)
-    return threads.prune_threads(who, payload.thread_ids, payload.strategy)
+        return await db(threads.prune_expired, who)
+    return await db(threads.prune_threads, who, payload.thread_ids, payload.strategy)
 
 
 @router.get(
@@ -135,13 +150,19 @@ def prune_threads(request: HttpRequest, payload: ThreadPruneIn | None = None) ->
     operation_id="get_thread",
     summary="Get a thread",
 )
-def get_thread(request: HttpRequest, thread_id: str, include: str | None = None) -> dict[str, Any]:
+async def get_thread(
+    request: HttpRequest, thread_id: str, include: str | None = None
+) -> dict[str, Any]:
     """One thread with its status, values and pending interrupts."""
     if include:
         unknown = [f for f in include.split(",") if f.strip() not in ("ttl", "")]
         if unknown:
             raise InvalidArgument(f"include has {unknown[0]!r}; only 'ttl'.", field="include")
-    return threads.thread_out(threads.load_thread(principal(request), thread_id))
+    return await db(_get_thread, principal(request), thread_id)
+
+
+def _get_thread(who: Principal, thread_id: str) -> dict[str, Any]:
+    return threads.thread_out(threads.load_thread(who, thread_id))
 
 
 @router.patch(
@@ -150,15 +171,19 @@ def get_thread(request: HttpRequest, thread_id: str, include: str | None = None)
     operation_id="patch_thread",
     summary="Update a thread",
 )
-def patch_thread(request: HttpRequest, thread_id: str, payload: ThreadPatchIn) -> Any:
+async def patch_thread(request: HttpRequest, thread_id: str, payload: ThreadPatchIn) -> Any:
     """Merge ``metadata`` into the thread's and (re)set its TTL. ``Prefer:
     return=minimal`` answers 204 without a body."""
-    row = threads.update_thread(
-        principal(request), thread_id, metadata=payload.metadata, ttl=_ttl(payload.ttl)
-    )
-    if "return=minimal" in request.headers.get("Prefer", ""):
-        return 204, None
-    return threads.thread_out(row)
+    minimal = "return=minimal" in request.headers.get("Prefer", "")
+    out = await db(_patch_thread, principal(request), thread_id, payload, minimal)
+    return (204, None) if minimal else out
+
+
+def _patch_thread(
+    who: Principal, thread_id: str, payload: ThreadPatchIn, minimal: bool
+) -> dict[str, Any] | None:
+    row = threads.update_thread(who, thread_id, metadata=payload.metadata, ttl=_ttl(payload.ttl))
+    return None if minimal else threads.thread_out(row)
 
 
 @router.delete(
@@ -167,9 +192,9 @@ def patch_thread(request: HttpRequest, thread_id: str, payload: ThreadPatchIn) -
     operation_id="delete_thread",
     summary="Delete a thread",
 )
-def delete_thread(request: HttpRequest, thread_id: str) -> tuple[int, None]:
+async def delete_thread(request: HttpRequest, thread_id: str) -> tuple[int, None]:
     """Cancel the thread's active runs and remove it with its whole history."""
-    threads.delete_thread(principal(request), thread_id)
+    await db(threads.delete_thread, principal(request), thread_id)
     return 204, None
 
 
@@ -179,9 +204,13 @@ def delete_thread(request: HttpRequest, thread_id: str) -> tuple[int, None]:
     operation_id="copy_thread",
     summary="Copy a thread",
 )
-def copy_thread(request: HttpRequest, thread_id: str) -> dict[str, Any]:
+async def copy_thread(request: HttpRequest, thread_id: str) -> dict[str, Any]:
     """A new thread with this one's metadata and whole history."""
-    return threads.thread_out(threads.copy_thread(principal(request), thread_id))
+    return await db(_copy_thread, principal(request), thread_id)
+
+
+def _copy_thread(who: Principal, thread_id: str) -> dict[str, Any]:
+    return threads.thread_out(threads.copy_thread(who, thread_id))
 
 
 @router.get(
@@ -191,7 +220,7 @@ def copy_thread(request: HttpRequest, thread_id: str) -> dict[str, Any]:
     operation_id="get_thread_state",
     summary="Get the thread's state",
 )
-def get_state(
+async def get_state(
     request: HttpRequest,
     thread_id: str,
     subgraphs: bool = False,
@@ -199,7 +228,7 @@ def get_state(
 ) -> dict[str, Any]:
     """The head: ``values``, ``next``, ``tasks``, ``interrupts``, ``checkpoint``,
     ``metadata``, ``created_at``, ``parent_checkpoint``."""
-    return threads.get_state(principal(request), thread_id, select=select)
+    return await db(threads.get_state, principal(request), thread_id, select=select)
 
 
 @router.post(
@@ -208,7 +237,9 @@ def get_state(
     operation_id="update_thread_state",
     summary="Update the thread's state",
 )
-def update_state(request: HttpRequest, thread_id: str, payload: UpdateStateIn) -> dict[str, Any]:
+async def update_state(
+    request: HttpRequest, thread_id: str, payload: UpdateStateIn
+) -> dict[str, Any]:
     """Write a checkpoint with ``values`` merged by the graph's reducers, as if
     ``as_node`` had just run."""
     checkpoint_id = payload.checkpoint_id
@@ -219,7 +250,8 @@ def update_state(request: HttpRequest, thread_id: str, payload: UpdateStateIn) -
             "values must be a JSON object (a list of updates is not supported).",
             field="values",
         )
-    return threads.update_state(
+    return await db(
+        threads.update_state,
         principal(request),
         thread_id,
         values=payload.values,
@@ -235,7 +267,7 @@ def update_state(request: HttpRequest, thread_id: str, payload: UpdateStateIn) -
     operation_id="post_thread_state_at_checkpoint",
     summary="Get the state at a checkpoint",
 )
-def state_at_checkpoint(
+async def state_at_checkpoint(
     request: HttpRequest, thread_id: str, payload: StateCheckpointIn
 ) -> dict[str, Any]:
     """The state at ``checkpoint.checkpoint_id`` (the head if it is null)."""
@@ -243,8 +275,8 @@ def state_at_checkpoint(
     _root_namespace(payload.checkpoint, "checkpoint.checkpoint_ns")
     cid = payload.checkpoint.checkpoint_id
     if not cid:
-        return threads.get_state(who, thread_id, select=payload.select)
-    return threads.state_at(who, thread_id, cid, select=payload.select)
+        return await db(threads.get_state, who, thread_id, select=payload.select)
+    return await db(threads.state_at, who, thread_id, cid, select=payload.select)
 
 
 @router.get(
@@ -254,7 +286,7 @@ def state_at_checkpoint(
     operation_id="get_thread_state_at_checkpoint",
     summary="Get the state at a checkpoint",
 )
-def state_at(
+async def state_at(
     request: HttpRequest,
     thread_id: str,
     checkpoint_id: str,
@@ -262,7 +294,7 @@ def state_at(
     select: list[str] | None = Query(None),  # noqa: B008 - ninja's parameter marker
 ) -> dict[str, Any]:
     """The state at one checkpoint (a UUID; else 422)."""
-    return threads.state_at(principal(request), thread_id, checkpoint_id, select=select)
+    return await db(threads.state_at, principal(request), thread_id, checkpoint_id, select=select)
 
 
 @router.post(
@@ -272,7 +304,9 @@ def state_at(
     operation_id="post_thread_history",
     summary="Get the thread's history",
 )
-def post_history(request: HttpRequest, thread_id: str, payload: HistoryIn) -> list[dict[str, Any]]:
+async def post_history(
+    request: HttpRequest, thread_id: str, payload: HistoryIn
+) -> list[dict[str, Any]]:
     """States newest first: ``limit``, ``checkpoint`` (from this checkpoint back),
     ``before`` (a checkpoint id or object), ``metadata`` (states whose metadata
     contains it)."""
@@ -280,7 +314,8 @@ def post_history(request: HttpRequest, thread_id: str, payload: HistoryIn) -> li
     before = payload.before
     if before is not None and not isinstance(before, str):
         before = before.checkpoint_id
-    return threads.history(
+    return await db(
+        threads.history,
         principal(request),
         thread_id,
         limit=payload.limit,
@@ -298,11 +333,11 @@ def post_history(request: HttpRequest, thread_id: str, payload: HistoryIn) -> li
     operation_id="get_thread_history",
     summary="Get the thread's history",
 )
-def get_history(
+async def get_history(
     request: HttpRequest, thread_id: str, limit: int = 10, before: str | None = None
 ) -> list[dict[str, Any]]:
     """States newest first (the GET form: ``limit`` and ``before`` as query params)."""
-    return threads.history(principal(request), thread_id, limit=limit, before=before)
+    return await db(threads.history, principal(request), thread_id, limit=limit, before=before)
 
 
 THREAD_FIELDS = (

@@ -14,6 +14,14 @@
   }
   document.addEventListener("htmx:wsOpen", function () { live(true, "live"); });
   document.addEventListener("htmx:wsClose", function () { live(false, "reconnecting…"); });
+  // The ws extension's default waits up to 64 s between attempts, so a page could stay
+  // stale for a minute after the server or its Redis is back. At most 5 s, jittered so
+  // that many pages do not all reconnect at once; each reconnect re-syncs the page.
+  if (window.htmx) {
+    htmx.config.wsReconnectDelay = function (retry) {
+      return Math.min(5000, 500 * Math.pow(2, retry)) * (0.5 + Math.random() / 2);
+    };
+  }
 
   // -- keep what the operator selected or typed when the server re-renders a list --------
   var saved = null;

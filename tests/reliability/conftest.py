@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.api.conftest import Server, _manage, start_server, stop_server
@@ -39,6 +42,9 @@ class Figures:
     crashes_injected: int = 0
     crashes_recovered: int = 0
     runs_taken_back_by_the_reaper: int = 0
+    celery_crashes_injected: int = 0
+    celery_crashes_recovered: int = 0
+    redis_outages_survived: int = 0
     checkpoints_lost: int = 0
     duplicate_decisions_applied: int = 0
     concurrent_requests: int = 0
@@ -47,6 +53,9 @@ class Figures:
     bad_inputs_5xx: int = 0
     isolation_checks_passed: int = 0
     security_checks_passed: int = 0
+    csrf_checks_passed: int = 0
+    escaping_checks_passed: int = 0
+    encryption_checks_passed: int = 0
 
 
 FIGURES = Figures()
@@ -75,19 +84,72 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         tr.write_line(f"{f.name.replace('_', ' '):<{width}}  {getattr(FIGURES, f.name):>6}")
 
 
+@contextmanager
+def _fresh_database(prefix: str) -> Iterator[str]:
+    """A PostgreSQL database of its own (URL), dropped afterwards."""
+    import uuid
+
+    from tests.conftest import PG_ADMIN_URL, START_POSTGRES, need_service, postgres_available
+    from tests.reliability.helpers import pg
+
+    need_service("PostgreSQL", postgres_available(), START_POSTGRES)
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with pg(PG_ADMIN_URL) as db:
+        db.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with pg(PG_ADMIN_URL) as db:
+            db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(scope="session")
-def rel_server(tmp_path_factory: pytest.TempPathFactory, postgres_url: str) -> Iterator[Server]:
-    """The API and dashboard server on the session's PostgreSQL database, auth on,
-    with a password for the operator ``olga`` (to sign in to the dashboard)."""
-    tmp = tmp_path_factory.mktemp("reliability")
-    srv = start_server(postgres_url, tmp)
-    _manage(
-        srv.env,
-        "shell",
-        "-c",
-        "from django.contrib.auth import get_user_model as g; "
-        f"u = g().objects.get(username='olga'); u.set_password({OPERATOR_PASSWORD!r}); "
-        "u.save()",
-    )
-    yield srv
-    stop_server(srv)
+def rel_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The API and dashboard server on a PostgreSQL database of its own, auth on, with
+    a password for the operator ``olga`` (to sign in to the dashboard). Its own: other
+    suites' servers on the session database give the same personas other passwords."""
+    with _fresh_database("criogen_test_rel_server") as database_url:
+        tmp = tmp_path_factory.mktemp("reliability")
+        srv = start_server(database_url, tmp)
+        _manage(
+            srv.env,
+            "shell",
+            "-c",
+            "from django.contrib.auth import get_user_model as g; "
+            f"u = g().objects.get(username='olga'); u.set_password({OPERATOR_PASSWORD!r}); "
+            "u.save()",
+        )
+        yield srv
+        stop_server(srv)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[Any]:
+    """A ``redis-server`` of the test's own on a free port (never the shared one), which
+    the test may kill and start again: a :class:`tests.reliability.helpers.RedisServer`."""
+    from tests.conftest import need_service
+    from tests.reliability.helpers import RedisServer, redis_server_available
+
+    need_service("redis-server", redis_server_available(), "apt-get install -y redis-server")
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_database() -> Iterator[str]:
+    """A fresh PostgreSQL database of the test's own, dropped afterwards. For tests whose
+    recovery must be their own: the session database's other servers run a reaper that
+    would take their dead runs back, and they give the personas other passwords."""
+    with _fresh_database("criogen_test_rel") as database_url:
+        yield database_url
+
+
+@pytest.fixture
+def olga_dashboard(rel_server: Server) -> Iterator[httpx.Client]:
+    """An HTTP client signed in to the dashboard as olga, closed after the test."""
+    from tests.reliability.helpers import dashboard_session
+
+    client = dashboard_session(rel_server)
+    yield client
+    client.close()

@@ -4,13 +4,20 @@ decisions, the effect ledger) and a signed-in dashboard session over HTTP."""
 from __future__ import annotations
 
 import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 
-from tests.api.conftest import Server
+from tests.api.conftest import ROOT, Server, _free_port
 from tests.reliability.conftest import OPERATOR_PASSWORD, Figures
 
 
@@ -73,3 +80,169 @@ def dashboard_session(server: Server) -> httpx.Client:
     )
     assert done.status_code in (200, 302) and "sessionid" in client.cookies, done.text[:300]
     return client
+
+
+# -- a Redis of the test's own, and Celery workers on it ----------------------------------
+
+
+@dataclass
+class RedisServer:
+    """A ``redis-server`` subprocess on a free port, that a test may kill and restart on
+    the same port (an outage; nothing is persisted, as with a restarted cache Redis).
+    Never the shared one on 6379."""
+
+    tmp: Path
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    outages: int = 0
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def start(self) -> RedisServer:
+        self.port = self.port or _free_port()
+        log = (self.tmp / f"redis-{self.port}.log").open("ab")
+        with log:
+            self.process = subprocess.Popen(  # noqa: S603 - a fixed command line
+                [
+                    "redis-server",
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--daemonize",
+                    "no",
+                    "--dir",
+                    str(self.tmp),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 10
+        while not self.answers():
+            assert self.process.poll() is None, f"redis-server on {self.port} exited"
+            assert time.monotonic() < deadline, f"redis-server on {self.port} never answered"
+            time.sleep(0.05)
+        return self
+
+    def answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: the clients' connections drop, every key is gone."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+        self.process = None
+        self.outages += 1
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+        self.process = None
+
+
+def redis_server_available() -> bool:
+    return shutil.which("redis-server") is not None
+
+
+@dataclass
+class CeleryWorkers:
+    """``celery -A criogen worker --pool threads`` processes on one queue of the test's
+    own (as in tests/criogen/test_celery_worker.py), with their logs in ``logs``."""
+
+    env: dict[str, str]
+    queue: str
+    logs: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    started: int = 0
+
+    def start(self, concurrency: int = 2) -> str:
+        self.started += 1
+        name = f"w{self.started}"
+        with (self.logs / f"{name}.log").open("wb") as log:
+            self.procs[name] = subprocess.Popen(  # noqa: S603 - our own venv's celery
+                [
+                    str(Path(sys.executable).parent / "celery"),
+                    "-A",
+                    "criogen",
+                    "worker",
+                    "--pool",
+                    "threads",
+                    "--concurrency",
+                    str(concurrency),
+                    "-Q",
+                    self.queue,
+                    "-n",
+                    f"{name}@%h",
+                    "--without-heartbeat",
+                    "--without-mingle",
+                    "--without-gossip",
+                    "--loglevel",
+                    "info",
+                ],
+                cwd=ROOT,
+                env={**self.env, "PYTHONUNBUFFERED": "1"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return name
+
+    def wait_ready(self, name: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while b" ready." not in (self.logs / f"{name}.log").read_bytes():
+            assert self.procs[name].poll() is None, self.dump(f"worker {name} exited")
+            assert time.monotonic() < deadline, self.dump(f"worker {name} never got ready")
+            time.sleep(0.1)
+
+    def ready(self) -> list[str]:
+        """The workers that are up and consuming (their log says ``ready.``)."""
+        return [
+            name
+            for name, proc in self.procs.items()
+            if proc.poll() is None and b" ready." in (self.logs / f"{name}.log").read_bytes()
+        ]
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the worker: its runs stay ``running`` until their lease expires."""
+        proc = self.procs.pop(name)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def supervise(self) -> int:
+        """Start a new worker for each one that exited by itself, as the deployment's
+        supervisor does (systemd ``Restart=always``); how many were restarted."""
+        gone = [name for name, proc in self.procs.items() if proc.poll() is not None]
+        for name in gone:
+            del self.procs[name]
+            self.start()
+        return len(gone)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+    def dump(self, message: str) -> str:
+        logs = "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+            for p in sorted(self.logs.glob("w*.log"))
+        )
+        return f"{message}\n{logs}"

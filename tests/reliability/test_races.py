@@ -13,7 +13,7 @@ from langgraph_sdk import get_sync_client
 
 from tests.api.conftest import Server
 from tests.reliability.conftest import Figures, scale
-from tests.reliability.helpers import check_contiguous, dashboard_session, pg, wait_idle
+from tests.reliability.helpers import check_contiguous, pg, wait_idle
 
 pytestmark = pytest.mark.postgres
 
@@ -33,12 +33,12 @@ def suspended_support_thread(server: Server) -> tuple[str, str]:
 
 
 def test_fifty_concurrent_approvals_apply_exactly_once(
-    rel_server: Server, figures: Figures
+    rel_server: Server, figures: Figures, olga_dashboard: httpx.Client
 ) -> None:
     tid, head = suspended_support_thread(rel_server)
     n = scale(50, 20)
     start = threading.Barrier(n)
-    dashboard = dashboard_session(rel_server)
+    dashboard = olga_dashboard
     page = dashboard.get(f"/ui/threads/{tid}/")
     assert page.status_code == 200
     csrf = dashboard.cookies["csrftoken"]
@@ -178,7 +178,7 @@ def rewind_from_the_dashboard(
 
 
 def test_a_rewind_racing_a_running_run_is_refused_cleanly(
-    rel_server: Server, figures: Figures
+    rel_server: Server, figures: Figures, olga_dashboard: httpx.Client
 ) -> None:
     with rel_server.http("alice") as http:
         tid = http.post("/threads", json={}).json()["thread_id"]
@@ -186,7 +186,7 @@ def test_a_rewind_racing_a_running_run_is_refused_cleanly(
         assert done.status_code == 200
         first = http.post(f"/threads/{tid}/history", json={"limit": 1000}).json()[-1]
     v1 = first["checkpoint"]["checkpoint_id"]
-    dashboard = dashboard_session(rel_server)
+    dashboard = olga_dashboard
     dashboard.get(f"/ui/threads/{tid}/")
     rounds = scale(20, 5)
     rewound = refused = 0

@@ -65,7 +65,14 @@ bench: install ## Run the benchmarks and print their figures
 	set -o pipefail; $(BIN)/python bench/langgraph_compare.py --table | tee bench/results/langgraph_compare.json
 	set -o pipefail; $(BIN)/python bench/runner.py | tee bench/results/runner.json
 	set -o pipefail; $(BIN)/python bench/api.py | tee bench/results/api.json
+	set -o pipefail; $(BIN)/python bench/http_compare.py --table | tee bench/results/http_compare.json
 	set -o pipefail; $(BIN)/python bench/dashboard.py | tee bench/results/dashboard.json
+	set -o pipefail; $(BIN)/python bench/scale.py --table | tee bench/results/scale.json
+	set -o pipefail; $(BIN)/python bench/memory.py --table | tee bench/results/memory.json
+
+bench-scale: install ## Only the scale benchmark (seeds 1,000,000 threads: ~10-15 min)
+	mkdir -p bench/results
+	set -o pipefail; $(BIN)/python bench/scale.py --table | tee bench/results/scale.json
 
 screenshots: install ## Regenerate the dashboard screenshots in docs/img/
 	$(BIN)/python -m tests.dashboard.screenshots
@@ -73,5 +80,5 @@ screenshots: install ## Regenerate the dashboard screenshots in docs/img/
 openapi-snapshot: install ## Regenerate openapi.json from the REST API (commit it)
 	$(BIN)/python manage.py openapi_snapshot openapi.json
 
-.PHONY: help install install-ts migrate demo check lint lint-imports fmt test reliability bench \
+.PHONY: help install install-ts migrate demo check lint lint-imports fmt test reliability bench bench-scale \
 	screenshots openapi-snapshot

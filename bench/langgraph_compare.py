@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import sqlite3
@@ -50,9 +49,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine  # noqa: E402 - bench/engine.py, next to this file
+from _venv import ensure_venv  # noqa: E402 - bench/_venv.py, next to this file
 
 BENCH = Path(__file__).resolve().parent
-VENV = BENCH / ".venvs" / "langgraph"
 WORKER = BENCH / "_langgraph_worker.py"
 REQUIREMENTS = [
     "langgraph>=1.2,<2",
@@ -67,26 +66,6 @@ log = engine.log
 
 
 # -- the LangGraph environment ---------------------------------------------------------
-
-
-def ensure_venv() -> Path:
-    """The LangGraph venv's Python, creating the venv and installing into it if needed."""
-    python = VENV / "bin" / "python"
-    marker = VENV / ".requirements"
-    wanted = hashlib.sha1("\n".join(REQUIREMENTS).encode()).hexdigest()
-    if python.exists() and marker.exists() and marker.read_text().strip() == wanted:
-        return python
-    if not python.exists():
-        log(f"creating {VENV}")
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    log("installing " + ", ".join(REQUIREMENTS))
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *REQUIREMENTS],
-        check=True,
-        stdout=sys.stderr,
-    )
-    marker.write_text(wanted + "\n")
-    return python
 
 
 class LangGraphWorker:
@@ -501,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = engine.parse_list(args.modes, engine.MODES, "modes")
 
     started = time.perf_counter()
-    python = ensure_venv()
+    python = ensure_venv("langgraph", REQUIREMENTS, log)
     worker = LangGraphWorker(python)
     report: dict[str, Any] = {
         "bench": "criogen-vs-langgraph",

@@ -1,0 +1,379 @@
+"""The ``langgraph_sdk`` workload that ``bench/api.py`` and ``bench/http_compare.py`` share.
+
+It speaks only the LangGraph Platform REST API through the official async client, so
+the same code measures Criogen and any compatible server (Aegra). A :class:`Target`
+names the server: its URL, its API key (None when the server has no auth) and how
+to seed threads straight into its own tables (seeding 10,000 threads through the API
+would take longer than the measurements).
+
+The cells:
+
+- ``creates``: ``threads.create()`` by N concurrent clients for a number of seconds;
+- ``runs``: a fresh thread and ``runs.wait`` of the 3-step ``steps`` graph with
+  :data:`RUN_INPUT` (``n`` and a ~1 KB payload) by N concurrent clients; the output
+  is checked (``steps == ["a", "b", "c"]``, ``n == 3``, the payload intact) and a wrong
+  one counts as an error, since a server that answers fast with nothing must not score;
+- ``get_state`` / ``get_history``: sequential calls on a thread with at least 50
+  checkpoints (``get_history(limit=10)``);
+- ``search_metadata`` / ``search_status``: sequential ``threads.search(limit=20)`` by a
+  metadata value half of the seeded threads carry, and by ``status="idle"``.
+
+Each cell returns a :class:`Cell` (operations, seconds, per-operation latencies,
+errors); :func:`merge` adds up cells of the same kind from several rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langgraph_sdk import get_client
+
+ROOT = Path(__file__).resolve().parents[1]
+GRAPH = "steps"
+HISTORY_CHECKPOINTS = 50
+
+
+def _payload(size: int = 1000) -> dict[str, Any]:
+    """A ~``size``-byte JSON document shaped like an agent's working data."""
+    payload: dict[str, Any] = {
+        "customer": {"id": "c-1042", "name": "Ada Lovelace", "tier": "gold"},
+        "items": [{"sku": f"sku-{i}", "qty": i + 1, "price": 9.5 + i} for i in range(5)],
+        "tags": ["bench", "steps", "http"],
+    }
+    filler = size - len(json.dumps(payload, separators=(",", ":")))
+    payload["notes"] = "n" * max(0, filler)
+    return payload
+
+
+PAYLOAD = _payload()
+RUN_INPUT: dict[str, Any] = {"n": 0, "payload": PAYLOAD}
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class Target:
+    """A server the workload drives."""
+
+    name: str
+    url: str
+    api_key: str | None
+    seed_threads: Callable[[int], str]
+    """Insert ``count`` idle threads of the workload's user, half of them carrying
+    ``{"mark": <returned value>}`` in their metadata; return that value."""
+
+    def client(self) -> Any:
+        return get_client(url=self.url, api_key=self.api_key)
+
+
+@dataclass
+class Cell:
+    """What one measured cell did."""
+
+    ops: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+    first_error: str = ""
+
+    def add(self, other: Cell) -> None:
+        self.ops += other.ops
+        self.seconds += other.seconds
+        self.latencies += other.latencies
+        self.errors += other.errors
+        self.first_error = self.first_error or other.first_error
+
+    def per_s(self) -> float:
+        return round(self.ops / self.seconds, 1) if self.seconds else 0.0
+
+    def summary(self, *, rate: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {"per_s": self.per_s()} if rate else {}
+        out.update(percentiles(self.latencies))
+        if self.errors:
+            out["errors"] = self.errors
+            out["first_error"] = self.first_error[:300]
+        return out
+
+
+def percentiles(samples: list[float]) -> dict[str, Any]:
+    """p50 and p95 in milliseconds."""
+    if not samples:
+        return {"p50": None, "p95": None, "n": 0}
+    ordered = sorted(samples)
+    p95 = ordered[max(0, int(len(ordered) * 0.95) - 1)]
+    return {
+        "p50": round(statistics.median(ordered) * 1000, 2),
+        "p95": round(p95 * 1000, 2),
+        "n": len(ordered),
+    }
+
+
+def merge(cells: list[Cell]) -> Cell:
+    total = Cell()
+    for cell in cells:
+        total.add(cell)
+    return total
+
+
+# -- the operations ------------------------------------------------------------------
+
+
+async def create_thread(sdk: Any) -> float:
+    start = time.perf_counter()
+    await sdk.threads.create()
+    return time.perf_counter() - start
+
+
+async def run_steps(sdk: Any) -> float:
+    """A fresh thread and one ``runs.wait``; the latency is that of ``runs.wait`` alone."""
+    thread = await sdk.threads.create()
+    start = time.perf_counter()
+    values = await sdk.runs.wait(thread["thread_id"], GRAPH, input=RUN_INPUT)
+    elapsed = time.perf_counter() - start
+    if (
+        not isinstance(values, dict)
+        or values.get("steps") != ["a", "b", "c"]
+        or values.get("n") != 3
+        or values.get("payload") != PAYLOAD
+    ):
+        raise RuntimeError(f"runs.wait returned {str(values)[:200]!r}")
+    return elapsed
+
+
+# -- the cells -----------------------------------------------------------------------
+
+
+async def throughput(
+    target: Target, clients: int, seconds: float, op: Callable[[Any], Awaitable[float]]
+) -> Cell:
+    """``op`` run back to back by ``clients`` concurrent SDK clients for ``seconds``."""
+    sdks = [target.client() for _ in range(clients)]
+    cell = Cell()
+    deadline = time.perf_counter() + seconds
+
+    async def worker(sdk: Any) -> None:
+        while time.perf_counter() < deadline:
+            try:
+                cell.latencies.append(await op(sdk))
+                cell.ops += 1
+            except Exception as exc:  # noqa: BLE001 - counted and reported, not hidden
+                cell.errors += 1
+                cell.first_error = cell.first_error or f"{type(exc).__name__}: {exc}"
+                await asyncio.sleep(0.05)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(s) for s in sdks))
+    cell.seconds = time.perf_counter() - start
+    for sdk in sdks:
+        await sdk.aclose()
+    return cell
+
+
+async def sequential(op: Callable[[], Awaitable[Any]], n: int) -> Cell:
+    """``n`` calls of ``op`` one after another, by one client."""
+    cell = Cell()
+    start = time.perf_counter()
+    for _ in range(n):
+        began = time.perf_counter()
+        try:
+            await op()
+        except Exception as exc:  # noqa: BLE001 - counted and reported, not hidden
+            cell.errors += 1
+            cell.first_error = cell.first_error or f"{type(exc).__name__}: {exc}"
+            continue
+        cell.latencies.append(time.perf_counter() - began)
+        cell.ops += 1
+    cell.seconds = time.perf_counter() - start
+    return cell
+
+
+@dataclass
+class Prepared:
+    """What the latency cells read: the history thread and the seeded mark."""
+
+    history_thread: str
+    history_checkpoints: int
+    mark: str
+    search_threads: int
+
+
+async def prepare(
+    target: Target, search_threads: int, checkpoints: int = HISTORY_CHECKPOINTS
+) -> Prepared:
+    """Warm the server up, build a thread with at least ``checkpoints`` checkpoints and
+    seed the search threads."""
+    sdk = target.client()
+    try:
+        for _ in range(3):
+            await run_steps(sdk)
+        thread = await sdk.threads.create()
+        tid = thread["thread_id"]
+        while len(await sdk.threads.get_history(tid, limit=checkpoints + 10)) < checkpoints:
+            await sdk.runs.wait(tid, GRAPH, input=RUN_INPUT)
+        checkpoints = len(await sdk.threads.get_history(tid, limit=1000))
+    finally:
+        await sdk.aclose()
+    mark = target.seed_threads(search_threads)
+    return Prepared(tid, checkpoints, mark, search_threads)
+
+
+async def latency_cell(target: Target, prepared: Prepared, kind: str, n: int) -> Cell:
+    """``n`` sequential calls of one read: get_state, get_history or a search."""
+    sdk = target.client()
+    tid, mark = prepared.history_thread, prepared.mark
+    ops: dict[str, Callable[[], Awaitable[Any]]] = {
+        "get_state": lambda: sdk.threads.get_state(tid),
+        "get_history": lambda: sdk.threads.get_history(tid, limit=10),
+        "search_metadata": lambda: sdk.threads.search(metadata={"mark": mark}, limit=20),
+        "search_status": lambda: sdk.threads.search(status="idle", limit=20),
+    }
+    try:
+        await ops[kind]()
+        return await sequential(ops[kind], n)
+    finally:
+        await sdk.aclose()
+
+
+async def throughput_cell(target: Target, kind: str, clients: int, seconds: float) -> Cell:
+    """One throughput cell: ``creates`` or ``runs`` with ``clients`` clients."""
+    op = {"creates": create_thread, "runs": run_steps}[kind]
+    return await throughput(target, clients, seconds, op)
+
+
+LATENCY_KINDS = ("get_state", "get_history", "search_metadata", "search_status")
+THROUGHPUT_CELLS = (("creates", 1), ("creates", 16), ("runs", 16))
+
+
+async def measure(
+    target: Target,
+    seconds: float,
+    search_threads: int,
+    samples: int = 100,
+    checkpoints: int = HISTORY_CHECKPOINTS,
+) -> dict[str, Any]:
+    """The whole workload on one server, in the shape ``bench/api.py`` prints."""
+    log(f"{target.name}: warm-up, a thread with {checkpoints} checkpoints, seeding")
+    prepared = await prepare(target, search_threads, checkpoints)
+    log(f"{target.name}: get_state, get_history, search")
+    lat = {k: await latency_cell(target, prepared, k, samples) for k in LATENCY_KINDS}
+    log(f"{target.name}: threads.create with 1 and 16 clients, runs.wait with 16")
+    thr = {
+        f"{kind}_{clients}": await throughput_cell(target, kind, clients, seconds)
+        for kind, clients in THROUGHPUT_CELLS
+    }
+    return {
+        "threads_created_per_s": {
+            "clients_1": thr["creates_1"].summary(rate=True),
+            "clients_16": thr["creates_16"].summary(rate=True),
+        },
+        "runs_per_s": {"clients_16": thr["runs_16"].summary(rate=True)},
+        "get_state_ms": lat["get_state"].summary(rate=False),
+        "get_history_ms": lat["get_history"].summary(rate=False),
+        "history_checkpoints": prepared.history_checkpoints,
+        "search_ms": {
+            "threads": search_threads,
+            "by_metadata": lat["search_metadata"].summary(rate=False),
+            "by_status": lat["search_status"].summary(rate=False),
+        },
+    }
+
+
+# -- Criogen as a target ---------------------------------------------------------------
+
+
+def criogen_seeder(database_url: str, username: str = "alice") -> Callable[[int], str]:
+    """Seeds ``criogen_thread`` rows of ``username`` (SQLite or PostgreSQL) in one batch."""
+
+    def seed(count: int) -> str:
+        mark = uuid.uuid4().hex
+        rows = [
+            (
+                f"bench-{i}-{uuid.uuid4().hex[:8]}",
+                json.dumps({"owner": username, "mark": mark if i % 2 else "other", "i": i}),
+            )
+            for i in range(count)
+        ]
+        columns = (
+            "INSERT INTO criogen_thread (id, created_at, updated_at, metadata, owner_id,"
+            " head_version, head_id, head_status, lease_id, lease_expires, ttl_strategy)"
+        )
+        if database_url.startswith("sqlite"):
+            import sqlite3
+
+            with sqlite3.connect(database_url.removeprefix("sqlite://"), timeout=60) as db:
+                (owner,) = db.execute(
+                    "SELECT id FROM auth_user WHERE username = ?", (username,)
+                ).fetchone()
+                db.executemany(
+                    columns + " VALUES (?, datetime('now'), datetime('now'), ?, ?, 0, '', '',"
+                    " NULL, 0, 'delete')",
+                    [(tid, meta, owner) for tid, meta in rows],
+                )
+        else:
+            import psycopg
+
+            with psycopg.connect(database_url.replace("postgres://", "postgresql://", 1)) as db:
+                (owner,) = db.execute(
+                    "SELECT id FROM auth_user WHERE username = %s", (username,)
+                ).fetchone()
+                with db.cursor() as cur:
+                    cur.executemany(
+                        columns + " VALUES (%s, now(), now(), %s, %s, 0, '', '', NULL, 0,"
+                        " 'delete')",
+                        [(tid, meta, owner) for tid, meta in rows],
+                    )
+        return mark
+
+    return seed
+
+
+PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+
+
+@contextmanager
+def fresh_pg_database(prefix: str) -> Iterator[str]:
+    """A new PostgreSQL database on 127.0.0.1 (dropped afterwards); yields its name."""
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as db:
+        db.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield name
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as db:
+            db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def criogen_server(database: str, tmp: Path, **settings: str) -> Iterator[tuple[Target, Any]]:
+    """Criogen as the API tests start it (Daphne, one process, the in-process runner) on
+    a fresh SQLite file or PostgreSQL database, with ``settings`` as extra environment;
+    yields the target and the server."""
+    sys.path.insert(0, str(ROOT))
+    from tests.api.conftest import start_server, stop_server
+
+    databases = nullcontext() if database == "sqlite" else fresh_pg_database("criogen_bench")
+    with databases as pg_name:
+        url = (
+            f"sqlite://{tmp / 'bench.db'}"
+            if database == "sqlite"
+            else f"postgres://postgres@127.0.0.1:5432/{pg_name}"
+        )
+        server = start_server(url, tmp, **settings)
+        try:
+            yield Target("criogen", server.url, server.tokens["alice"], criogen_seeder(url)), server
+        finally:
+            stop_server(server)

@@ -178,16 +178,13 @@ def create_run(
         if resume is not None and answering is not None and multitask_strategy == "enqueue":
             # A run answering this suspension is already queued: a second answer would
             # reach a thread that is no longer waiting, so refuse it now, by name.
-            by = (answering.metadata or {}).get("resumed_by") or "another client"
-            raise AlreadyDecided(
-                f"thread {thread.pk!r} was already answered by {by} (run "
-                f"{answering.run_id}); nothing was changed.",
-                thread_id=thread.pk,
-                decided_by=by,
-                decided_at=answering.created_at.isoformat(),
-                run_id=str(answering.run_id),
-            )
+            raise _already_answered(thread, answering)
         if resume is not None and not active and thread.head_status != "suspended":
+            last = Run.objects.filter(thread=thread).order_by("-created_at").first()
+            if last is not None and (last.command or {}).get("resume") is not None:
+                # The answer that was first has already run: this one came too late for
+                # the same suspension, and is refused as the queued case is, by name.
+                raise _already_answered(thread, last)
             raise NotSuspended(
                 f"thread {thread.pk!r} is not waiting for input (its head is "
                 f"{thread.head_status or 'empty'}); there is nothing to resume.",
@@ -230,6 +227,19 @@ def create_run(
         thread.save(update_fields=["metadata", "updated_at"])
         transaction.on_commit(lambda: _announce_and_enqueue(run))
     return run
+
+
+def _already_answered(thread: Thread, answering: Run) -> AlreadyDecided:
+    """The error for a second answer to the suspension ``answering`` answered."""
+    by = (answering.metadata or {}).get("resumed_by") or "another client"
+    return AlreadyDecided(
+        f"thread {thread.pk!r} was already answered by {by} (run "
+        f"{answering.run_id}); nothing was changed.",
+        thread_id=thread.pk,
+        decided_by=by,
+        decided_at=answering.created_at.isoformat(),
+        run_id=str(answering.run_id),
+    )
 
 
 def _announce_and_enqueue(run: Run) -> None:

@@ -147,6 +147,22 @@ def test_a_second_answer_while_the_first_is_queued_is_refused_by_name(thread_id:
     assert Run.objects.filter(thread_id=thread_id, command__isnull=False).count() == 1
 
 
+def test_a_late_second_answer_after_the_first_has_run_is_already_decided(
+    thread_id: str,
+) -> None:
+    wait_run(run=make(thread_id, "hitl", input={}), timeout=10)
+    first = resume_thread(thread_id=thread_id, value="yes", by="alice")
+    assert wait_run(run=first, timeout=10).status == "success"  # the thread moved on
+
+    with pytest.raises(AlreadyDecided) as caught:
+        resume_thread(thread_id=thread_id, value="no", by="bob")
+    assert caught.value.details["decided_by"] == "alice"
+    assert caught.value.details["run_id"] == str(first.run_id)
+    # After a new turn the thread is simply not waiting: nothing to resume.
+    wait_run(run=make(thread_id, "hitl", input={}), timeout=10)
+    assert resume_thread(thread_id=thread_id, value="again", by="bob") is not None
+
+
 def test_resume_refuses_a_thread_that_is_not_waiting(thread_id: str) -> None:
     wait_run(run=make(thread_id, input={}), timeout=10)
 

@@ -8,6 +8,7 @@ with the command that starts it; with ``CI=true`` it fails.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,3 +107,17 @@ def inprocess_runner(settings: object) -> Iterator[object]:
     yield runner
     assert runner.drain(timeout=60), "runs were still executing after 60 s"
     registry.reset()
+
+
+def celery_worker_argv(
+    queue: str, name: str, *, concurrency: int = 2, loglevel: str = "info"
+) -> list[str]:
+    """The command line of a real ``celery worker`` on ``queue``, as the tests run it:
+    this venv's celery, the threads pool, no gossip, mingle or heartbeat (each test's
+    workers are alone on their queue)."""
+    return [
+        str(Path(sys.executable).parent / "celery"),
+        *("-A", "criogen", "worker", "--pool", "threads", "--concurrency", str(concurrency)),
+        *("-Q", queue, "-n", f"{name}@%h", "--loglevel", loglevel),
+        *("--without-heartbeat", "--without-mingle", "--without-gossip"),
+    ]

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import need_service
+from tests.conftest import celery_worker_argv, need_service
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -54,25 +54,7 @@ class Cluster:
 
     def _spawn(self, name: str, log: Any) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [
-                str(BIN / "celery"),
-                "-A",
-                "criogen",
-                "worker",
-                "--pool",
-                "threads",
-                "--concurrency",
-                "2",
-                "-Q",
-                self.queue,
-                "-n",
-                f"{name}@%h",
-                "--without-heartbeat",
-                "--without-mingle",
-                "--without-gossip",
-                "--loglevel",
-                "info",
-            ],
+            celery_worker_argv(self.queue, name),
             cwd=ROOT,
             env=self.env,
             stdout=log,

@@ -8,7 +8,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ import httpx
 import psycopg
 
 from tests.api.conftest import ROOT, Server, _free_port
+from tests.conftest import celery_worker_argv
 from tests.reliability.conftest import OPERATOR_PASSWORD, Figures
 
 
@@ -172,25 +172,7 @@ class CeleryWorkers:
         name = f"w{self.started}"
         with (self.logs / f"{name}.log").open("wb") as log:
             self.procs[name] = subprocess.Popen(  # noqa: S603 - our own venv's celery
-                [
-                    str(Path(sys.executable).parent / "celery"),
-                    "-A",
-                    "criogen",
-                    "worker",
-                    "--pool",
-                    "threads",
-                    "--concurrency",
-                    str(concurrency),
-                    "-Q",
-                    self.queue,
-                    "-n",
-                    f"{name}@%h",
-                    "--without-heartbeat",
-                    "--without-mingle",
-                    "--without-gossip",
-                    "--loglevel",
-                    "info",
-                ],
+                celery_worker_argv(self.queue, name, concurrency=concurrency),
                 cwd=ROOT,
                 env={**self.env, "PYTHONUNBUFFERED": "1"},
                 stdout=log,

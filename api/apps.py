@@ -18,7 +18,18 @@ class ApiConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
+        from django.contrib.auth.models import Permission
+        from django.db.models.signals import post_delete, post_migrate
+
         import api.tasks  # noqa: F401 - registers the Celery task with the workers
+        from api.auth import forget_operate_permission
+
+        # The token lookup remembers criogen.operate's id; a flush or a deletion
+        # makes it anew.
+        post_migrate.connect(forget_operate_permission, dispatch_uid="criogen-operate-id")
+        post_delete.connect(
+            forget_operate_permission, sender=Permission, dispatch_uid="criogen-operate-id"
+        )
 
         # Crons fire from the in-process timer of each server process (claims make
         # several processes safe), or from Celery beat when CRIOGEN_RUNNER="celery".

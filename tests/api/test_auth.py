@@ -5,6 +5,7 @@ everything; ``CRIOGEN_AUTH_ENABLED=False`` turns auth off for local development.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from typing import Any
 
@@ -126,3 +127,86 @@ def test_criogen_token_issues_a_working_token_for_known_users_only(server: Serve
     assert response.status_code == 200
     with pytest.raises(RuntimeError, match="no user named"):
         _manage(server.env, "criogen_token", "nobody")
+
+
+# The token lookup is one hand-written statement (api.auth): these check it decides as
+# Django's ModelBackend would, on both backends.
+
+_PEOPLE = """
+import json, uuid
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from api.models import ApiToken
+User = get_user_model()
+operate = Permission.objects.get(content_type__app_label="criogen", codename="operate")
+suffix = uuid.uuid4().hex[:8]
+group = Group.objects.create(name="operators-" + suffix)
+group.permissions.add(operate)
+people = {}
+for role in ("direct", "grouped", "plain", "inactive", "revoked", "superuser"):
+    user = User.objects.create(
+        username=role + "-" + suffix,
+        is_active=role != "inactive",
+        is_superuser=role == "superuser",
+    )
+    if role == "direct":
+        user.user_permissions.add(operate)
+    if role == "grouped":
+        user.groups.add(group)
+    people[role] = ApiToken.issue(user, name="tests")[1]
+ApiToken.objects.filter(user__username="revoked-" + suffix).delete()
+print("PEOPLE=" + json.dumps(people))
+"""
+
+
+def _people(server: Server) -> dict[str, str]:
+    from tests.api.conftest import _manage
+
+    out = _manage(server.env, "shell", "-c", _PEOPLE)
+    return dict(json.loads(out.split("PEOPLE=", 1)[1].strip()))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def either_server(request: pytest.FixtureRequest) -> Server:
+    """The API server on SQLite, then on PostgreSQL."""
+    name = "server" if request.param == "sqlite" else "pg_server"
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+def test_the_operate_permission_counts_directly_and_through_a_group(either_server: Server) -> None:
+    srv = either_server
+    tokens = _people(srv)
+    with srv.http("alice") as alice:
+        tid = alice.post("/threads", json={}).json()["thread_id"]
+    seen = {}
+    for role, token in tokens.items():
+        response = httpx.get(f"{srv.url}/threads/{tid}", headers={"x-api-key": token})
+        seen[role] = response.status_code
+    assert seen == {
+        "direct": 200,  # holds criogen.operate
+        "grouped": 200,  # through a group
+        "superuser": 200,
+        "plain": 404,  # another user's thread does not exist for them
+        "inactive": 401,
+        "revoked": 401,
+    }
+
+
+def test_a_token_records_when_it_was_last_used(either_server: Server) -> None:
+    from tests.api.conftest import _manage
+
+    srv = either_server
+    token = _people(srv)["plain"]
+    assert (
+        httpx.post(srv.url + "/threads", json={}, headers={"x-api-key": token}).status_code == 200
+    )
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    out = _manage(
+        srv.env,
+        "shell",
+        "-c",
+        "from api.models import ApiToken; "
+        f"t = ApiToken.objects.get(token_hash='{digest}'); "
+        "print('USED=' + str(t.last_used is not None and t.last_used.tzinfo is not None))",
+    )
+    assert "USED=True" in out

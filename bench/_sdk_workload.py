@@ -357,11 +357,27 @@ def fresh_pg_database(prefix: str) -> Iterator[str]:
             db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+ASGI_SERVERS = ("uvicorn", "daphne")
+"""The servers Criogen can be measured under (the first is the default)."""
+
+PRODUCTION = {
+    "DEBUG": "false",
+    "SECRET_KEY": "criogen-bench-" + "k" * 40,
+    "ALLOWED_HOSTS": "127.0.0.1,localhost",
+    "SECURE_SSL_REDIRECT": "false",  # plain HTTP on loopback, as behind a TLS proxy
+    "CONN_MAX_AGE": "60",
+}
+"""The settings a production server runs with (docs/deployment.md), less TLS."""
+
+
 @contextmanager
-def criogen_server(database: str, tmp: Path, **settings: str) -> Iterator[tuple[Target, Any]]:
-    """Criogen as the API tests start it (Daphne, one process, the in-process runner) on
-    a fresh SQLite file or PostgreSQL database, with ``settings`` as extra environment;
-    yields the target and the server."""
+def criogen_server(
+    database: str, tmp: Path, *, asgi_server: str = "uvicorn", **settings: str
+) -> Iterator[tuple[Target, Any]]:
+    """Criogen as the API tests start it (one process, the in-process runner) under
+    ``asgi_server`` (uvicorn or Daphne) with the :data:`PRODUCTION` settings, on a fresh
+    SQLite file or PostgreSQL database, with ``settings`` as extra environment; yields
+    the target and the server."""
     sys.path.insert(0, str(ROOT))
     from tests.api.conftest import start_server, stop_server
 
@@ -372,7 +388,7 @@ def criogen_server(database: str, tmp: Path, **settings: str) -> Iterator[tuple[
             if database == "sqlite"
             else f"postgres://postgres@127.0.0.1:5432/{pg_name}"
         )
-        server = start_server(url, tmp, **settings)
+        server = start_server(url, tmp, asgi_server=asgi_server, **{**PRODUCTION, **settings})
         try:
             yield Target("criogen", server.url, server.tokens["alice"], criogen_seeder(url)), server
         finally:

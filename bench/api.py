@@ -6,8 +6,9 @@ Run it from the project folder::
     .venv/bin/python bench/api.py --database postgres   # a fresh PostgreSQL database
     .venv/bin/python bench/api.py --search-threads 2000 --seconds 3
 
-It starts the real server (Daphne serving ``criogen.asgi``, one process, the in-process
-runner) on a fresh database, exactly as the API tests do, runs the workload of
+It starts the real server (uvicorn, or Daphne with ``--server daphne``, serving
+``criogen.asgi``: one process, the in-process runner, production settings) on a fresh
+database, as the API tests do, runs the workload of
 ``bench/_sdk_workload.py`` (the one ``bench/http_compare.py`` also runs against Aegra)
 and prints ONE JSON document on stdout (progress on stderr):
 
@@ -48,11 +49,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="per throughput cell")
     parser.add_argument("--search-threads", type=int, default=10_000)
     parser.add_argument("--samples", type=int, default=100, help="per latency cell")
+    parser.add_argument(
+        "--server", choices=workload.ASGI_SERVERS, default="uvicorn", help="the ASGI server"
+    )
     args = parser.parse_args()
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     tmp = Path(tempfile.mkdtemp(prefix="criogen-bench-api-"))
     workload.log(f"starting the server on {args.database}")
-    with workload.criogen_server(args.database, tmp) as (target, _server):
+    with workload.criogen_server(args.database, tmp, asgi_server=args.server) as (target, _):
         results = asyncio.run(
             workload.measure(target, args.seconds, args.search_threads, args.samples)
         )
@@ -60,7 +64,7 @@ def main() -> None:
         json.dumps(
             {
                 "database": args.database,
-                "server": "daphne, 1 process, in-process runner",
+                "server": f"{args.server}, 1 process, in-process runner, DEBUG off",
                 **results,
                 "machine": {
                     "cores": os.cpu_count(),

@@ -14,9 +14,10 @@ meets the project's own dependencies. Then, on the shared PostgreSQL at 127.0.0.
   warning, ``ENV_MODE=PRODUCTION``, no auth, its default pool sizes), serving
   ``bench/aegra/aegra.json``: the graph ``steps`` of ``bench/aegra/steps_graph.py``,
   START → a → b → c → END, identical to ``criogen/examples/steps.py``;
-- **criogen**: a fresh database and Daphne serving ``criogen.asgi`` (one process, the
-  in-process runner, token auth), started as ``bench/api.py`` starts it, with the
-  settings' production default ``CONN_MAX_AGE=60``.
+- **criogen**: a fresh database and uvicorn (``--server daphne``: Daphne) serving
+  ``criogen.asgi`` (one process, the in-process runner, token auth), started as
+  ``bench/api.py`` starts it, with production settings (``DEBUG=false``,
+  ``CONN_MAX_AGE=60``; no TLS redirect on loopback).
 
 Both run the workload of ``bench/_sdk_workload.py`` (the one ``bench/api.py`` runs):
 after a warm-up, a thread with 50 checkpoints and 10,000 seeded threads each (SQL into
@@ -73,7 +74,6 @@ AEGRA_PACKAGES = [
     "asyncpg",
     "psycopg",
 ]
-CRIOGEN_SETTINGS = {"CONN_MAX_AGE": "60"}
 AEGRA_USER = "anonymous"
 
 GOAL_RATE = 2.0
@@ -426,6 +426,9 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="an extra setting for Aegra (e.g. SQLALCHEMY_POOL_SIZE=8); repeatable",
     )
+    parser.add_argument(
+        "--server", choices=workload.ASGI_SERVERS, default="uvicorn", help="Criogen's ASGI server"
+    )
     parser.add_argument("--table", action="store_true", help="also print a table on stderr")
     args = parser.parse_args()
     overrides = dict(item.split("=", 1) for item in args.aegra_env)
@@ -449,7 +452,7 @@ def main() -> None:
         databases: dict[str, str] = {}
         try:
             target, server = stack.enter_context(
-                workload.criogen_server("postgres", tmp, **CRIOGEN_SETTINGS)
+                workload.criogen_server("postgres", tmp, asgi_server=args.server)
             )
             targets.append(target)
             databases["criogen"] = server.database_url.rsplit("/", 1)[1]
@@ -485,8 +488,8 @@ def main() -> None:
             "order": "per cell: criogen, aegra, repeated --rounds times",
         },
         "servers": {
-            "criogen": "daphne criogen.asgi, 1 process, in-process runner, token auth, "
-            + ", ".join(f"{k}={v}" for k, v in CRIOGEN_SETTINGS.items()),
+            "criogen": f"{args.server} criogen.asgi, 1 process, in-process runner, token auth, "
+            + ", ".join(f"{k}={v}" for k, v in workload.PRODUCTION.items() if k != "SECRET_KEY"),
             "aegra": "uvicorn aegra_api.main:app, 1 worker, no reload, noop auth, "
             "ENV_MODE=PRODUCTION, LOG_LEVEL=WARNING"
             + "".join(f", {k}={v}" for k, v in overrides.items()),

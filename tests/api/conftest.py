@@ -91,8 +91,26 @@ def _manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def start_server(database_url: str, tmp: Path, **settings: str) -> Server:
-    """Migrate ``database_url``, create the personas and start Daphne on a free port."""
+ASGI_SERVERS = ("daphne", "uvicorn")
+"""The ASGI servers Criogen is tested under (docs/deployment.md)."""
+
+
+def server_argv(asgi_server: str, port: int) -> list[str]:
+    """The command line that serves ``criogen.asgi`` on 127.0.0.1:``port``."""
+    app = "criogen.asgi:application"
+    if asgi_server == "daphne":
+        return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
+    if asgi_server == "uvicorn":
+        options = ["--host", "127.0.0.1", "--port", str(port), "--lifespan", "off"]
+        return [sys.executable, "-m", "uvicorn", *options, "--no-access-log", app]
+    raise ValueError(f"unknown ASGI server {asgi_server!r}; expected one of {ASGI_SERVERS}")
+
+
+def start_server(
+    database_url: str, tmp: Path, *, asgi_server: str = "daphne", **settings: str
+) -> Server:
+    """Migrate ``database_url``, create the personas and start ``asgi_server`` (Daphne
+    or uvicorn) on a free port."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "criogen.settings",
@@ -113,16 +131,7 @@ def start_server(database_url: str, tmp: Path, **settings: str) -> Server:
     log = tmp / f"server-{port}.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "criogen.asgi:application",
-            ],
+            server_argv(asgi_server, port),
             cwd=ROOT,
             env=env,
             stdout=sink,

@@ -1,0 +1,76 @@
+"""Criogen served by uvicorn, the second ASGI server it supports (docs/deployment.md):
+the REST API through the official SDK, streaming, and the dashboard with its live
+socket, as under Daphne."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect as ws_connect
+
+from tests.api.conftest import Server, _manage, start_server, stop_server
+
+PASSWORD = "uvicorn-operator-password-1"
+
+
+@pytest.fixture(scope="module")
+def uvicorn_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("uvicorn")
+    srv = start_server(f"sqlite://{tmp / 'uvicorn.db'}", tmp, asgi_server="uvicorn")
+    yield srv
+    stop_server(srv)
+
+
+async def test_the_api_and_its_streams_under_uvicorn(uvicorn_server: Server) -> None:
+    async with uvicorn_server.client("alice") as alice, uvicorn_server.client("bob") as bob:
+        thread = await alice.threads.create(metadata={"served_by": "uvicorn"})
+        tid = thread["thread_id"]
+        done = await alice.runs.wait(tid, "steps", input={"n": 0})
+        assert done == {"steps": ["a", "b", "c"], "n": 3}
+        values = [
+            part.data
+            async for part in alice.runs.stream(tid, "steps", input={"n": 10})
+            if part.event == "values"
+        ]
+        assert values[-1] == {"steps": ["a", "b", "c"] * 2, "n": 13}
+        state = await alice.threads.get_state(tid)
+        assert state["values"]["n"] == 13
+        found = await alice.threads.search(metadata={"served_by": "uvicorn"})
+        assert [t["thread_id"] for t in found] == [tid]
+        with pytest.raises(Exception) as caught:
+            await bob.threads.get(tid)
+        assert caught.value.status_code == 404  # type: ignore[attr-defined]
+
+
+def test_the_dashboard_and_its_live_socket_under_uvicorn(uvicorn_server: Server) -> None:
+    _manage(
+        uvicorn_server.env,
+        "shell",
+        "-c",
+        "from django.contrib.auth import get_user_model; "
+        "u = get_user_model().objects.get(username='olga'); "
+        f"u.set_password('{PASSWORD}'); u.save()",
+    )
+    with httpx.Client(base_url=uvicorn_server.url, timeout=30) as browser:
+        page = browser.get("/accounts/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert token, page.text[:300]
+        signed = browser.post(
+            "/accounts/login/",
+            data={"username": "olga", "password": PASSWORD, "csrfmiddlewaretoken": token.group(1)},
+        )
+        assert signed.status_code == 302 and "sessionid" in browser.cookies
+        inbox = browser.get("/", follow_redirects=True)
+        assert inbox.status_code == 200 and "Inbox" in inbox.text
+        cookie = f"sessionid={browser.cookies['sessionid']}"
+    url = uvicorn_server.url.replace("http://", "ws://") + "/ws/ui/inbox/"
+    origin = {"Origin": uvicorn_server.url}
+    with ws_connect(url, additional_headers={**origin, "Cookie": cookie}, open_timeout=10) as ws:
+        assert ws.recv(timeout=10)  # the inbox's first render
+    with pytest.raises(InvalidStatus) as refused:
+        ws_connect(url, additional_headers=origin, open_timeout=10)
+    assert refused.value.response.status_code == 403  # anonymous

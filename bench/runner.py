@@ -16,7 +16,12 @@ fresh PostgreSQL database (created and dropped here) and a fresh Redis queue:
   (what the workers can do). Per durability mode, with the in-process runner
   (``CRIOGEN_INPROCESS_WORKERS`` threads in this process) and with 1 and 2 Celery
   workers (``--pool threads --concurrency 4`` subprocesses);
-  ``celery_2_vs_1_executing`` is the scaling from one worker to two.
+  ``celery_2_vs_1_executing`` is the scaling from one worker to two. During the
+  executing phase it also reads the CPU time every process spent (``/proc``), per run:
+  ``cpu_ms_per_run`` of the runner (the Celery workers, or this process with the
+  in-process runner), PostgreSQL's backends, Redis and everything else, and
+  ``machine_busy``, the share of the machine's cores busy meanwhile: where a run's time
+  goes, and whether a second worker has a free core to run on.
 - ``sigkill_to_resume``: a run whose worker is SIGKILLed in the middle of node b; the
   seconds from the kill until another worker has claimed it again (the reaper is
   called every 0.1 s here, as a beat with a short period would; the lease is
@@ -108,9 +113,9 @@ def run_all(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         workers = [start_worker(env, f"b{count}{i}") for i in range(count)]
         try:
             for mode in modes:
-                rates = measure(args.runs, mode)
+                rates = measure(args.runs, mode, workers)
                 throughput.setdefault(label, {})[mode] = rates
-                log(f"{label} {mode}: {rates} runs/s")
+                log(f"{label} {mode}: {rates}")
         finally:
             stop(workers)
     scaling = {}
@@ -167,13 +172,77 @@ def wait_for(ids: list[Any], mode: str) -> None:
         raise SystemExit(f"{mode}: {failed} runs did not succeed")
 
 
-def measure(runs: int, mode: str) -> dict[str, float]:
+# -- where the CPU goes ------------------------------------------------------------------
+
+
+def _process_cpu() -> dict[int, tuple[str, float]]:
+    """(command name, CPU seconds: user + system) of every process now running."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seen: dict[int, tuple[str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2 :].split()
+        seen[int(entry)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return seen
+
+
+def _machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, all cores."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = values[3] + values[4]  # idle + iowait
+    return (sum(values[:8]) - idle) / tick, sum(values[:8]) / tick
+
+
+class CpuMeter:
+    """CPU seconds spent between :meth:`start` and :meth:`stop`, per group of processes:
+    ``runner`` (the pids given), ``postgresql``, ``redis``, ``bench`` (this process,
+    when it is not the runner) and ``other``."""
+
+    def __init__(self, runner_pids: set[int]) -> None:
+        self.runner_pids = runner_pids
+
+    def _group(self, pid: int, name: str) -> str:
+        if pid in self.runner_pids:
+            return "runner"
+        if pid == os.getpid():
+            return "bench"
+        if name.startswith("postgres"):
+            return "postgresql"
+        if name.startswith("redis"):
+            return "redis"
+        return "other"
+
+    def start(self) -> None:
+        self.before, self.machine_before = _process_cpu(), _machine_cpu()
+
+    def stop(self, runs: int) -> dict[str, float]:
+        after, (busy, total) = _process_cpu(), _machine_cpu()
+        spent: dict[str, float] = {}
+        for pid, (name, cpu) in after.items():
+            base = self.before.get(pid)
+            used = cpu - (base[1] if base and base[0] == name else 0.0)
+            group = self._group(pid, name)
+            spent[group] = spent.get(group, 0.0) + used
+        busy_before, total_before = self.machine_before
+        out = {group: round(1000 * spent.get(group, 0.0) / runs, 2) for group in GROUPS}
+        out["machine_busy"] = round((busy - busy_before) / max(total - total_before, 1e-9), 2)
+        return out
+
+
+GROUPS = ("runner", "postgresql", "redis", "bench", "other")
+
+
+def measure(runs: int, mode: str, workers: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
     """Runs/s end to end (one client creating them as the API does, the runner
     executing them meanwhile) and executing only (runs created beforehand with their
     dispatch held back, then handed to the runner in one burst)."""
-    from django.conf import settings
-
-    from criogen.celery import app
     from criogen.runner import drain, enqueue_run
 
     started = time.perf_counter()
@@ -182,27 +251,32 @@ def measure(runs: int, mode: str) -> dict[str, float]:
     end_to_end = runs / (time.perf_counter() - started)
     drain(timeout=60)
 
-    # Hold the dispatch back: the runs are created (and their tasks parked in a queue
-    # no worker reads, dropped below), then enqueued for real all at once.
-    runner, queue = settings.CRIOGEN_RUNNER, app.conf.task_default_queue
-    parked = f"{queue}-parked"
-    settings.CRIOGEN_RUNNER, app.conf.task_default_queue = "celery", parked
+    # Hold the dispatch back: the runs are created (pending, committed) without being
+    # handed to the runner, then handed to it all at once. (Parking their tasks in a
+    # queue no worker reads depended on Celery re-reading task_default_queue, which
+    # 5.6 does not: the workers ran them while they were being created.)
+    from criogen.services import runs as run_service
+
+    dispatch = run_service.enqueue_run
+    run_service.enqueue_run = lambda run_id: None
     try:
         ids = create_runs(runs, mode)
     finally:
-        settings.CRIOGEN_RUNNER, app.conf.task_default_queue = runner, queue
-        import redis
-
-        redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(
-            parked, f"_kombu.binding.{parked}", f"_kombu.binding_permanent.{parked}"
-        )
+        run_service.enqueue_run = dispatch
+    meter = CpuMeter({w.pid for w in workers} if workers else {os.getpid()})
+    meter.start()
     started = time.perf_counter()
     for pk in ids:
         enqueue_run(pk)
     wait_for(ids, mode)
     executing = runs / (time.perf_counter() - started)
+    cpu = meter.stop(runs)
     drain(timeout=60)
-    return {"end_to_end": round(end_to_end, 1), "executing": round(executing, 1)}
+    return {
+        "end_to_end": round(end_to_end, 1),
+        "executing": round(executing, 1),
+        "cpu_ms_per_run": cpu,
+    }
 
 
 def sigkill_to_resume(env: dict[str, str]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_shutting_down
+from celery.signals import task_postrun, task_prerun, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "criogen.settings")
 
@@ -31,3 +31,17 @@ def hand_back_runs(**kwargs: Any) -> None:
     from criogen.runner import request_shutdown
 
     request_shutdown()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def recycle_connections(sender: Any = None, **kwargs: Any) -> None:
+    """Around each task, close this thread's database connections that are older than
+    ``CONN_MAX_AGE`` or broken, as Django does around each request. (Celery's own
+    fixup would close them all; ``CELERY_DB_REUSE_MAX`` holds it back.) Not for eager
+    tasks: they run inside the caller's transaction."""
+    if getattr(getattr(sender, "request", None), "is_eager", False):
+        return
+    from django.db import close_old_connections
+
+    close_old_connections()

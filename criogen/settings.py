@@ -213,6 +213,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600)}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Celery's Django fixup closes every database connection before and after each task
+# unless this is set (then it closes them every this many tasks): a new PostgreSQL
+# connection for every run, ~5 ms and a server process each. Tasks keep their
+# connections as requests do instead: criogen.celery closes, around each task, those
+# older than CONN_MAX_AGE or broken (docs/benchmarks.md, "Celery workers").
+CELERY_DB_REUSE_MAX = 1_000_000_000
 CELERY_BEAT_SCHEDULE = {
     "criogen-reap-expired-runs": {
         "task": "criogen.tasks.reap_expired_task",

@@ -10,7 +10,6 @@ exactly as if it did not exist.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +22,7 @@ from django.utils import timezone
 from ninja.security.base import AuthBase
 
 from api.models import ApiToken, hash_token
+from criogen.storage.rows import Columns, columns
 
 __all__ = [
     "ApiKeyAuth",
@@ -130,16 +130,14 @@ def _model_backend_only() -> bool:
 @dataclass(frozen=True)
 class _TokenStatement:
     sql: str
-    token_fields: list[Any]
-    user_fields: list[Any]
-    converters: list[list[Callable[..., Any]]]
-    """Per selected column (the token's, then the user's): what the ORM would apply."""
+    token: Columns
+    user: Columns
 
 
 _statements: dict[str, _TokenStatement | None] = {}
 _operate_id: dict[str, int] = {}
 
-TOKEN_COLUMNS = frozenset({"id", "user", "token_hash", "last_used"})
+TOKEN_COLUMNS = ("id", "user", "token_hash", "last_used")
 
 
 def forget_operate_permission(**_: Any) -> None:
@@ -191,15 +189,10 @@ def _token_statement(alias: str) -> _TokenStatement | None:
     except Exception:  # noqa: BLE001 - a custom user model without PermissionsMixin
         _statements[alias] = None
         return None
-    connection = connections[alias]
-    qn = connection.ops.quote_name
-    token = ApiToken._meta
-    token_fields = [f for f in token.concrete_fields if f.name in TOKEN_COLUMNS]
-    user_fields = list(meta.concrete_fields)
-    owner = f"t.{qn(token.get_field('user').column)}"
-    columns = [f"t.{qn(f.column)}" for f in token_fields] + [
-        f"u.{qn(f.column)}" for f in user_fields
-    ]
+    qn = connections[alias].ops.quote_name
+    token = columns(ApiToken, alias, TOKEN_COLUMNS)
+    user = columns(user_model, alias)
+    owner = f"t.{qn(ApiToken._meta.get_field('user').column)}"
     # Identifiers come from the models' metadata, quoted; every value is a parameter.
     holds_direct = (
         f"SELECT 1 FROM {qn(direct.db_table)} p"  # noqa: S608
@@ -213,46 +206,28 @@ def _token_statement(alias: str) -> _TokenStatement | None:
         f" AND q.{qn(_key_to(group_perms, Permission))} = %s"
     )
     sql = (
-        f"SELECT {', '.join(columns)}, (EXISTS ({holds_direct}) OR EXISTS ({holds_by_group}))"  # noqa: S608
-        f" FROM {qn(token.db_table)} t JOIN {qn(meta.db_table)} u"
+        f"SELECT {token.select('t')}, {user.select('u')},"  # noqa: S608
+        f" (EXISTS ({holds_direct}) OR EXISTS ({holds_by_group}))"
+        f" FROM {qn(ApiToken._meta.db_table)} t JOIN {qn(meta.db_table)} u"
         f" ON u.{qn(meta.pk.column)} = {owner}"
-        f" WHERE t.{qn(token.get_field('token_hash').column)} = %s"
+        f" WHERE t.{qn(ApiToken._meta.get_field('token_hash').column)} = %s"
     )
-    converters = [
-        connection.ops.get_db_converters(field.get_col(field.model._meta.db_table))
-        + field.get_db_converters(connection)
-        for field in token_fields + user_fields
-    ]
-    statement = _TokenStatement(sql, token_fields, user_fields, converters)
-    _statements[alias] = statement
+    statement = _statements[alias] = _TokenStatement(sql, token, user)
     return statement
 
 
 def _token_row(statement: _TokenStatement, digest: str) -> tuple[ApiToken, bool] | None:
     """The token with its user, and whether the user holds ``criogen.operate``."""
-    from django.contrib.auth import get_user_model
-
     pid = _operate_permission_id(DEFAULT_DB_ALIAS)
-    connection = connections[DEFAULT_DB_ALIAS]
-    with connection.cursor() as cursor:
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
         cursor.execute(statement.sql, [pid, pid, digest])
         values = cursor.fetchone()
     if values is None:
         return None
-    *columns, operate = values
-    fields = statement.token_fields + statement.user_fields
-    for i, (field, converters) in enumerate(zip(fields, statement.converters, strict=True)):
-        for convert in converters:
-            columns[i] = convert(columns[i], field.get_col(field.model._meta.db_table), connection)
-    n = len(statement.token_fields)
-    user = get_user_model().from_db(
-        DEFAULT_DB_ALIAS, [f.attname for f in statement.user_fields], columns[n:]
-    )
-    row = ApiToken.from_db(
-        DEFAULT_DB_ALIAS, [f.attname for f in statement.token_fields], columns[:n]
-    )
-    row.user = user
-    return row, bool(operate)
+    n = len(statement.token.fields)
+    row = statement.token.instance(values[:n])
+    row.user = statement.user.instance(values[n:-1])
+    return row, bool(values[-1])
 
 
 def _principal(row: ApiToken | None, token: str, *, operate: bool | None) -> Principal | None:

@@ -91,6 +91,40 @@ def test_a_run_is_claimed_once_and_an_ended_run_not_again(thread_id: str) -> Non
     assert run.attempts == 1
 
 
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "encrypted"])
+def test_the_claim_is_one_statement_and_returns_the_row_as_the_orm_reads_it(
+    thread_id: str, sealed: bool, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cryptography.fernet import Fernet
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    if sealed:
+        settings.CRIOGEN_ENCRYPTION_KEY = Fernet.generate_key().decode()
+    monkeypatch.setattr("criogen.services.runs.enqueue_run", lambda run_id: None)
+    first = start(thread_id, input={"n": 1, "note": "ünïcode"}, metadata={"k": [1, 2]})
+    second = start(thread_id, input={"n": 2})
+
+    with CaptureQueriesContext(connection) as queries:
+        claimed = runner._claim(str(first.pk))
+    assert len(queries.captured_queries) == 1
+    assert claimed is not None and not claimed._state.adding
+    loaded = Run.objects.get(pk=first.pk)
+    fields = [f.attname for f in Run._meta.concrete_fields]
+    assert {f: getattr(claimed, f) for f in fields} == {f: getattr(loaded, f) for f in fields}
+    assert (claimed.status, claimed.attempts, claimed.input) == (
+        "running",
+        1,
+        {"n": 1, "note": "ünïcode"},
+    )
+    assert runner._claim(str(first.pk)) is None  # running, with a live lease
+    assert runner._claim(str(second.pk)) is None  # its thread's earlier run has not ended
+
+    Run.objects.filter(pk=first.pk).update(lease_expires=time.time() - 1)  # a dead worker
+    again = runner._claim(str(first.pk))
+    assert again is not None and again.attempts == 2
+
+
 def test_enqueued_runs_on_one_thread_execute_one_after_another_in_order(thread_id: str) -> None:
     runs = [start(thread_id, input={"sleep": 0.2} if i == 0 else {}) for i in range(3)]
     runs = [finish(r) for r in runs]

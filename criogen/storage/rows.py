@@ -1,0 +1,75 @@
+"""Model instances from hand-written statements.
+
+On a few hot paths (the API's token lookup, the runner's claim) compiling an ORM query
+costs more than the database takes to run it. There the statement is written once per
+database from the model's own tables and columns, and its rows become model instances
+here, each value passed through the converters the ORM would apply (a backend's own,
+then the field's: UUIDs and datetimes on SQLite, sealed JSON, …), so the instances are
+those the ORM would have built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.db import connections
+from django.db.models import Field, Model
+
+__all__ = ["Columns", "columns"]
+
+M = TypeVar("M", bound=Model)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Some concrete fields of one model, in the model's order, for one database."""
+
+    model: type[Model]
+    alias: str
+    fields: tuple[Field[Any, Any], ...]
+    converters: tuple[tuple[Callable[..., Any], ...], ...]
+
+    def select(self, table: str | None = None) -> str:
+        """``table.col, …``: the select list (``table`` is the statement's name for the
+        model's table; None for bare column names, as ``RETURNING`` takes them)."""
+        qn = connections[self.alias].ops.quote_name
+        prefix = "" if table is None else f"{table}."
+        return ", ".join(f"{prefix}{qn(f.column)}" for f in self.fields)
+
+    def instance(self, values: Sequence[Any]) -> Any:
+        """The model instance for one row's values of these columns."""
+        connection = connections[self.alias]
+        converted = list(values)
+        for i, (field, converters) in enumerate(zip(self.fields, self.converters, strict=True)):
+            if converters:
+                expression = field.get_col(field.model._meta.db_table)
+                for convert in converters:
+                    converted[i] = convert(converted[i], expression, connection)
+        return self.model.from_db(self.alias, [f.attname for f in self.fields], converted)
+
+    def param(self, name: str, value: Any) -> Any:
+        """``value`` as the database takes it for the field ``name`` (a UUID is hex
+        text on SQLite, an aware datetime naive UTC text, …)."""
+        field = self.model._meta.get_field(name)
+        return field.get_db_prep_value(value, connections[self.alias])
+
+
+def columns(model: type[M], alias: str, names: Sequence[str] | None = None) -> Columns:
+    """The columns of ``model``'s concrete fields named ``names`` (all when None), in
+    the model's field order (the order ``Model.from_db`` takes values in)."""
+    connection = connections[alias]
+    wanted = None if names is None else set(names)
+    fields = tuple(f for f in model._meta.concrete_fields if wanted is None or f.name in wanted)
+    if wanted is not None and len(fields) != len(wanted):
+        missing = wanted - {f.name for f in fields}
+        raise LookupError(f"{model._meta.label} has no concrete fields {sorted(missing)}")
+    converters = tuple(
+        tuple(
+            connection.ops.get_db_converters(field.get_col(model._meta.db_table))
+            + field.get_db_converters(connection)
+        )
+        for field in fields
+    )
+    return Columns(model, alias, fields, converters)

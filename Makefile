@@ -69,6 +69,7 @@ bench: install ## Run the benchmarks and print their figures
 	set -o pipefail; $(BIN)/python bench/dashboard.py | tee bench/results/dashboard.json
 	set -o pipefail; $(BIN)/python bench/scale.py --table | tee bench/results/scale.json
 	set -o pipefail; $(BIN)/python bench/memory.py --table | tee bench/results/memory.json
+	$(BIN)/python bench/summary.py
 
 bench-scale: install ## Only the scale benchmark (seeds 1,000,000 threads: ~10-15 min)
 	mkdir -p bench/results

@@ -474,13 +474,15 @@ def _filtered(
     status: str | None,
     ids: list[str] | None,
 ) -> QuerySet[Thread]:
-    qs = who.scope(with_status())
-    if status is not None:
+    qs = who.scope(Thread.objects.all())
+    if status is None:
+        qs = with_status(qs)
+    else:
         if status not in THREAD_STATUSES:
             raise InvalidArgument(
                 f"status is {status!r}; use idle, busy, interrupted or error.", field="status"
             )
-        qs = filter_status(qs, status)
+        qs = filter_status(qs, status)  # annotates rest_status too, on the same instant
     if ids:
         qs = qs.filter(pk__in=list(ids))
     return filter_metadata(qs, metadata or {})

@@ -110,8 +110,9 @@ def with_status(qs: QuerySet[Thread] | None = None) -> QuerySet[Thread]:
 
 
 def filter_status(qs: QuerySet[Thread], status: str) -> QuerySet[Thread]:
-    """``qs`` (from :func:`with_status`) narrowed to threads whose ``rest_status`` is
-    ``status``.
+    """``qs`` narrowed to threads whose ``rest_status`` is ``status``, and annotated
+    with it as :func:`with_status` does (so pass it a plain queryset: annotating twice
+    costs a second resolution of the ``CASE``).
 
     A filter on the ``CASE`` makes the database compute it for every thread the caller
     may see and guess how many match; the same rule spelled out as plain conditions

@@ -17,7 +17,6 @@ class ApiConfig(AppConfig):
 
     def ready(self) -> None:
         from django.conf import settings
-
         from django.contrib.auth.models import Permission
         from django.db.models.signals import post_delete, post_migrate
 

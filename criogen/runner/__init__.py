@@ -277,8 +277,8 @@ def _claim_statement(alias: str) -> _ClaimStatement | None:
     cannot return rows from an UPDATE: SQLite before 3.35, other vendors).
 
     Built by the ORM, the claim was an UPDATE with an ``Exists`` subquery and then a
-    ``get`` of the row: two round trips and ~2 ms of compiling per run, a third of the
-    runner's own CPU per run (docs/benchmarks.md, "The runner's claim")."""
+    ``get`` of the row: two round trips and ~2 ms of compiling, half of the runner's own
+    CPU per run (docs/benchmarks.md, "The runner's claim")."""
     if alias in _claim_statements:
         return _claim_statements[alias]
     connection = connections[alias]

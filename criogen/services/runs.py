@@ -156,9 +156,8 @@ def create_run(
     if action:
         kwargs["action"] = action
     with transaction.atomic():
+        # The thread's row, locked: runs created concurrently on one thread see each other.
         thread = _thread_for_run(thread_id, if_not_exists, owner, run_id)
-        # Lock the thread row: runs created concurrently on one thread see each other.
-        thread = Thread.objects.select_for_update().get(pk=thread.pk)
         if thread.head_id and sealing():
             # A key that cannot read the thread must not seal a run row on it either (a
             # row no right key could read back): refuse now, nothing written.
@@ -253,17 +252,21 @@ def _announce_and_enqueue(run: Run) -> None:
 
 
 def _thread_for_run(thread_id: str | None, if_not_exists: str, owner: Any, run_id: Any) -> Thread:
+    """The run's thread, its row locked until the transaction ends (created first for a
+    stateless run, or with ``if_not_exists="create"``)."""
     owner = owner if getattr(owner, "pk", None) is not None else None
     if thread_id is None:
-        # A stateless run gets a thread of its own, marked so lists can hide it.
+        # A stateless run gets a thread of its own, marked so lists can hide it; the
+        # new row is this transaction's alone until it commits.
         return Thread.objects.create(id=str(run_id), owner=owner, metadata={"stateless": True})
     check_thread_id(thread_id)
-    thread = Thread.objects.filter(pk=thread_id).first()
+    locked = Thread.objects.select_for_update()
+    thread = locked.filter(pk=thread_id).first()
     if thread is not None:
         return thread
     if if_not_exists == "create":
-        thread, _ = Thread.objects.get_or_create(id=thread_id, defaults={"owner": owner})
-        return thread
+        Thread.objects.get_or_create(id=thread_id, defaults={"owner": owner})
+        return locked.get(pk=thread_id)  # created here, or concurrently by another run
     raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
 
 

@@ -152,9 +152,35 @@ async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await app(scope, receive, send)
 
 
+async def lifespan_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The ASGI lifespan protocol (uvicorn sends it; Daphne does not).
+
+    At shutdown the runs this process executes stop after their current step and are
+    handed back (pending, for the next server), as they are when a Daphne process
+    exits. uvicorn ends its process with the signal it received, so Python's exit hooks,
+    which do that under Daphne, never run there.
+    """
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await asyncio.get_running_loop().run_in_executor(None, _hand_back_runs)
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def _hand_back_runs() -> None:
+    from criogen.runner import drain, request_shutdown
+
+    request_shutdown()
+    drain()
+
+
 application = ProtocolTypeRouter(
     {
         "http": http_app,
+        "lifespan": lifespan_app,
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -101,7 +101,7 @@ def server_argv(asgi_server: str, port: int) -> list[str]:
     if asgi_server == "daphne":
         return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
     if asgi_server == "uvicorn":
-        options = ["--host", "127.0.0.1", "--port", str(port), "--lifespan", "off"]
+        options = ["--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"]
         return [sys.executable, "-m", "uvicorn", *options, "--no-access-log", app]
     raise ValueError(f"unknown ASGI server {asgi_server!r}; expected one of {ASGI_SERVERS}")
 

@@ -74,3 +74,43 @@ def test_the_dashboard_and_its_live_socket_under_uvicorn(uvicorn_server: Server)
     with pytest.raises(InvalidStatus) as refused:
         ws_connect(url, additional_headers=origin, open_timeout=10)
     assert refused.value.response.status_code == 403  # anonymous
+
+
+def test_a_uvicorn_server_sent_sigterm_hands_its_run_back_after_the_step(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """As under Daphne: the in-process runner stops the run after its current step and
+    leaves it pending for the next server (docs/deployment.md)."""
+    import signal
+    import sqlite3
+    import time
+
+    tmp = tmp_path_factory.mktemp("uvicorn-term")
+    db_path = tmp / "term.db"
+    srv = start_server(f"sqlite://{db_path}", tmp, asgi_server="uvicorn")
+    try:
+        with srv.http("alice") as http:
+            tid = http.post("/threads", json={}).json()["thread_id"]
+            run = http.post(
+                f"/threads/{tid}/runs",
+                json={"assistant_id": "steps", "input": {"sleep": 1}, "durability": "sync"},
+            ).json()
+            deadline = time.monotonic() + 20
+            while http.get(f"/threads/{tid}/state").json()["values"].get("steps") != ["a"]:
+                assert time.monotonic() < deadline, "node a never checkpointed"
+                time.sleep(0.05)
+        time.sleep(0.3)  # b is sleeping
+        srv.process.send_signal(signal.SIGTERM)
+        srv.process.wait(30)  # uvicorn ends with the signal it got: no exit hooks
+    finally:
+        stop_server(srv)
+    with sqlite3.connect(db_path) as db:
+        status, attempts = db.execute(
+            "SELECT status, attempts FROM criogen_run WHERE run_id = ?",
+            [run["run_id"].replace("-", "")],
+        ).fetchone()
+        (head_version,) = db.execute(
+            "SELECT head_version FROM criogen_thread WHERE id = ?", [tid]
+        ).fetchone()
+    assert (status, attempts) == ("pending", 1)
+    assert head_version == 3  # b finished and was checkpointed before the exit

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from tests.api.conftest import ROOT, Server, _free_port
+from tests.api.conftest import ROOT, Server, _free_port, start_server
 from tests.conftest import celery_worker_argv
 from tests.reliability.conftest import OPERATOR_PASSWORD, Figures
 
@@ -61,6 +61,33 @@ def wait_idle(server: Server, thread_id: str, who: str = "alice", timeout: float
             if status != "busy" or time.monotonic() > deadline:
                 return str(status)
             time.sleep(0.1)
+
+
+ASK = {"messages": [{"role": "user", "content": "Please refund order 42"}]}
+"""The support agent's first turn: it asks to refund an order, which needs approval."""
+
+
+def support_thread_waiting(http: httpx.Client) -> str:
+    """A new thread whose support agent is waiting for its refund to be approved."""
+    support = http.post("/threads", json={}).json()["thread_id"]
+    waited = http.post(
+        f"/threads/{support}/runs/wait", json={"assistant_id": "support", "input": ASK}
+    )
+    assert "__interrupt__" in waited.json(), waited.text
+    return str(support)
+
+
+def approve_refund(http: httpx.Client, support: str) -> str:
+    """Queue the run that approves the refund ``support`` waits for; its run id."""
+    approve = http.post(
+        f"/threads/{support}/runs",
+        json={
+            "assistant_id": "support",
+            "command": {"resume": {"decisions": [{"type": "approve"}]}},
+        },
+    )
+    assert approve.status_code == 200, approve.text
+    return str(approve.json()["run_id"])
 
 
 def dashboard_session(server: Server) -> httpx.Client:
@@ -150,6 +177,22 @@ class RedisServer:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
         self.process = None
+
+
+def start_celery_server(
+    database_url: str, tmp: Path, redis: RedisServer, queue: str, lease: int
+) -> Server:
+    """An API server whose runs go to Celery workers on ``queue`` of ``redis`` (broker
+    on database 0, live events on 1), with a lease of ``lease`` seconds."""
+    return start_server(
+        database_url,
+        tmp,
+        REDIS_URL=redis.url(1),
+        CELERY_BROKER_URL=redis.url(0),
+        CELERY_TASK_DEFAULT_QUEUE=queue,
+        CRIOGEN_RUNNER="celery",
+        CRIOGEN_LEASE_SECONDS=str(lease),
+    )
 
 
 def redis_server_available() -> bool:

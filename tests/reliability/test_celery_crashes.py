@@ -21,13 +21,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.conftest import Server, _manage, start_server, stop_server
+from tests.api.conftest import Server, _manage, stop_server
 from tests.reliability.conftest import FULL, Figures, scale
-from tests.reliability.helpers import CeleryWorkers, RedisServer, check_contiguous, pg
+from tests.reliability.helpers import (
+    CeleryWorkers,
+    RedisServer,
+    approve_refund,
+    check_contiguous,
+    pg,
+    start_celery_server,
+    support_thread_waiting,
+)
 
 pytestmark = pytest.mark.postgres
 
-ASK = {"messages": [{"role": "user", "content": "Please refund order 42"}]}
 LEASE = 2
 """Seconds: short, so the reaper may take a dead worker's runs back quickly."""
 
@@ -37,20 +44,8 @@ def put_runs_in_flight(server: Server, rng: random.Random) -> tuple[list[str], s
     runs queued at once. Returns (thread ids, the support thread, the runs queued)."""
     with server.http("alice") as http:
         http.timeout = 120  # the first turn waits for a worker that may still be starting
-        support = http.post("/threads", json={}).json()["thread_id"]
-        waited = http.post(
-            f"/threads/{support}/runs/wait", json={"assistant_id": "support", "input": ASK}
-        )
-        assert "__interrupt__" in waited.json(), waited.text
-        approve = http.post(
-            f"/threads/{support}/runs",
-            json={
-                "assistant_id": "support",
-                "command": {"resume": {"decisions": [{"type": "approve"}]}},
-            },
-        )
-        assert approve.status_code == 200, approve.text
-        tids, runs = [support], [approve.json()["run_id"]]
+        support = support_thread_waiting(http)
+        tids, runs = [support], [approve_refund(http, support)]
         for i in range(3):
             tid = http.post("/threads", json={}).json()["thread_id"]
             created = http.post(
@@ -90,15 +85,7 @@ def test_celery_workers_killed_at_random_steps_all_runs_recover(
     rng = random.Random(8)  # reproducible kill points
     crashes = scale(50, 3)
     queue = f"criogen-crashes-{uuid.uuid4().hex[:8]}"
-    server = start_server(
-        own_database,
-        tmp_path,
-        REDIS_URL=own_redis.url(1),
-        CELERY_BROKER_URL=own_redis.url(0),
-        CELERY_TASK_DEFAULT_QUEUE=queue,
-        CRIOGEN_RUNNER="celery",
-        CRIOGEN_LEASE_SECONDS=str(LEASE),
-    )
+    server = start_celery_server(own_database, tmp_path, own_redis, queue, LEASE)
     workers = CeleryWorkers(server.env, queue, tmp_path)
     threads: list[str] = []
     approved: list[str] = []

@@ -18,11 +18,15 @@ import pytest
 
 from tests.api.conftest import Server, _manage, start_server
 from tests.reliability.conftest import FULL, Figures, scale
-from tests.reliability.helpers import check_contiguous, pg
+from tests.reliability.helpers import (
+    approve_refund,
+    check_contiguous,
+    pg,
+    support_thread_waiting,
+)
 
 pytestmark = pytest.mark.postgres
 
-ASK = {"messages": [{"role": "user", "content": "Please refund order 42"}]}
 LEASE = 2
 """Seconds: short, so the reaper may take a dead worker's runs back quickly."""
 
@@ -31,19 +35,8 @@ def one_crash(server: Server, rng: random.Random) -> tuple[list[str], list[str]]
     """Put runs in flight on ``server``, then SIGKILL it at a random moment.
     Returns (thread ids, support thread ids whose refund was approved)."""
     with server.http("alice") as http:
-        support = http.post("/threads", json={}).json()["thread_id"]
-        waited = http.post(
-            f"/threads/{support}/runs/wait", json={"assistant_id": "support", "input": ASK}
-        )
-        assert "__interrupt__" in waited.json(), waited.text
-        approve = http.post(
-            f"/threads/{support}/runs",
-            json={
-                "assistant_id": "support",
-                "command": {"resume": {"decisions": [{"type": "approve"}]}},
-            },
-        )
-        assert approve.status_code == 200, approve.text
+        support = support_thread_waiting(http)
+        approve_refund(http, support)
         tids = [support]
         for i in range(3):
             tid = http.post("/threads", json={}).json()["thread_id"]

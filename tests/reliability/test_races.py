@@ -13,21 +13,15 @@ from langgraph_sdk import get_sync_client
 
 from tests.api.conftest import Server
 from tests.reliability.conftest import Figures, scale
-from tests.reliability.helpers import check_contiguous, pg, wait_idle
+from tests.reliability.helpers import check_contiguous, pg, support_thread_waiting, wait_idle
 
 pytestmark = pytest.mark.postgres
-
-ASK = {"messages": [{"role": "user", "content": "Please refund order 42"}]}
 
 
 def suspended_support_thread(server: Server) -> tuple[str, str]:
     """A ``support`` thread waiting for approval of its refund; (thread id, head id)."""
     with server.http("alice") as http:
-        tid = http.post("/threads", json={}).json()["thread_id"]
-        done = http.post(
-            f"/threads/{tid}/runs/wait", json={"assistant_id": "support", "input": ASK}
-        )
-        assert "__interrupt__" in done.json(), done.text
+        tid = support_thread_waiting(http)
         head = http.get(f"/threads/{tid}/state").json()["checkpoint"]["checkpoint_id"]
     return tid, head
 

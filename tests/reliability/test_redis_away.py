@@ -28,19 +28,21 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.conftest import ROOT, Server, start_server, stop_server
+from tests.api.conftest import ROOT, Server, stop_server
 from tests.conftest import need_service
 from tests.reliability.conftest import Figures, scale
 from tests.reliability.helpers import (
     CeleryWorkers,
     RedisServer,
+    approve_refund,
     check_contiguous,
     pg,
+    start_celery_server,
+    support_thread_waiting,
 )
 
 pytestmark = pytest.mark.postgres
 
-ASK = {"messages": [{"role": "user", "content": "Please refund order 42"}]}
 LEASE = 2
 """Seconds: a run queued while the broker was down is re-enqueued a lease later."""
 QUICK = 3.0
@@ -104,15 +106,7 @@ def test_reads_answer_and_runs_accepted_while_redis_is_down_all_run(
     tmp_path: Path, own_database: str, own_redis: RedisServer, figures: Figures
 ) -> None:
     queue = f"criogen-redis-away-{uuid.uuid4().hex[:8]}"
-    server = start_server(
-        own_database,
-        tmp_path,
-        REDIS_URL=own_redis.url(1),
-        CELERY_BROKER_URL=own_redis.url(0),
-        CELERY_TASK_DEFAULT_QUEUE=queue,
-        CRIOGEN_RUNNER="celery",
-        CRIOGEN_LEASE_SECONDS=str(LEASE),
-    )
+    server = start_celery_server(own_database, tmp_path, own_redis, queue, LEASE)
     workers = CeleryWorkers(server.env, queue, tmp_path)
     beat: subprocess.Popen[bytes] | None = None
     waiter = ThreadPoolExecutor(1)
@@ -124,11 +118,7 @@ def test_reads_answer_and_runs_accepted_while_redis_is_down_all_run(
             workers.wait_ready(name)
         beat = start_beat(server.env, tmp_path)
         with server.http("alice") as http:
-            support = http.post("/threads", json={}).json()["thread_id"]
-            waited = http.post(
-                f"/threads/{support}/runs/wait", json={"assistant_id": "support", "input": ASK}
-            )
-            assert "__interrupt__" in waited.json(), waited.text
+            support = support_thread_waiting(http)
             busy = http.post("/threads", json={}).json()["thread_id"]
             inflight = http.post(
                 f"/threads/{busy}/runs",
@@ -146,15 +136,7 @@ def test_reads_answer_and_runs_accepted_while_redis_is_down_all_run(
         threads = [busy, support]
         accepted: list[str] = []
         with server.http("alice") as http:
-            approve = http.post(
-                f"/threads/{support}/runs",
-                json={
-                    "assistant_id": "support",
-                    "command": {"resume": {"decisions": [{"type": "approve"}]}},
-                },
-            )
-            assert approve.status_code == 200, approve.text
-            accepted.append(approve.json()["run_id"])
+            accepted.append(approve_refund(http, support))
             for i in range(scale(20, 3)):
                 tid = http.post("/threads", json={}).json()["thread_id"]
                 start = time.monotonic()

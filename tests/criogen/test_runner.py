@@ -92,22 +92,27 @@ def test_a_run_is_claimed_once_and_an_ended_run_not_again(thread_id: str) -> Non
 
 
 @pytest.mark.parametrize("sealed", [False, True], ids=["plain", "encrypted"])
-def test_the_claim_is_one_statement_and_returns_the_row_as_the_orm_reads_it(
-    thread_id: str, sealed: bool, settings: Any, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("path", ["returning", "orm"])
+def test_the_claim_takes_one_statement_and_returns_the_row_as_the_orm_reads_it(
+    thread_id: str, sealed: bool, path: str, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One ``UPDATE … RETURNING``; ``orm`` is the path of databases without it (SQLite
+    before 3.35): the same claim in two statements."""
     from cryptography.fernet import Fernet
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     if sealed:
         settings.CRIOGEN_ENCRYPTION_KEY = Fernet.generate_key().decode()
+    if path == "orm":
+        monkeypatch.setitem(runner._claim_statements, Run.objects.db, None)
     monkeypatch.setattr("criogen.services.runs.enqueue_run", lambda run_id: None)
     first = start(thread_id, input={"n": 1, "note": "ünïcode"}, metadata={"k": [1, 2]})
     second = start(thread_id, input={"n": 2})
 
     with CaptureQueriesContext(connection) as queries:
         claimed = runner._claim(str(first.pk))
-    assert len(queries.captured_queries) == 1
+    assert len(queries.captured_queries) == (1 if path == "returning" else 2)
     assert claimed is not None and not claimed._state.adding
     loaded = Run.objects.get(pk=first.pk)
     fields = [f.attname for f in Run._meta.concrete_fields]

@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
@@ -517,12 +517,20 @@ def search_threads(
         )
     if (sort_order or "desc") not in ("asc", "desc"):
         raise InvalidArgument(f"sort_order is {sort_order!r}; use asc or desc.", field="sort_order")
+    # Ties (threads created in one transaction share created_at) go by id, in the same
+    # direction: then an index on (field, id) gives the page in order and the database
+    # stops after it, where a mixed order would sort every matching thread first.
     descending = (sort_order or "desc") == "desc"
-    order = [F(field).desc() if descending else F(field).asc(), F("id").asc()]
+    order = [F(f).desc() if descending else F(f).asc() for f in (field, "id")]
     qs = _filtered(who, metadata=metadata, status=status, ids=ids).order_by(*order)
     store = storage()
     if not values:
-        rows = list(qs[offset : offset + limit])
+        rows = None
+        if metadata:
+            unfiltered = _filtered(who, metadata=None, status=status, ids=ids).order_by(*order)
+            rows = _page_from_window(unfiltered, metadata, field, descending, offset, limit)
+        if rows is None:
+            rows = list(qs[offset : offset + limit])
         heads = thread_heads(rows)
         return [(row, heads.get(row.id)) for row in rows]
     # State values live in checkpoints, not in the thread row: filter the candidates by
@@ -540,6 +548,61 @@ def search_threads(
         if len(out) >= limit:
             break
     return out
+
+
+WINDOW_PER_ROW = 20
+"""How many of the newest threads a metadata search reads per row it returns before
+it falls back to the metadata index (:func:`_page_from_window`)."""
+WINDOW_MAX = 2000
+
+
+def _page_from_window(
+    unfiltered: QuerySet[Thread],
+    metadata: Mapping[str, Any],
+    field: str,
+    descending: bool,
+    offset: int,
+    limit: int,
+) -> list[Thread] | None:
+    """The page of a metadata search read from the first threads of ``unfiltered`` in
+    page order (every other filter applied), in one statement; None when those do not
+    hold the whole page, or the database is not PostgreSQL.
+
+    A value many threads carry is where the metadata index is slowest: it yields every
+    thread with the value, all of which the database sorts for a page of twenty; and the
+    planner, which cannot tell how common a JSON value is, may not walk the list index
+    instead. Read as a derived table, the window is that walk, bounded: the first
+    ``WINDOW_PER_ROW`` rows per row wanted, in page order. As the window is a prefix of
+    the list in its own order, the first matches in it are the first matches overall;
+    when it holds fewer than the page needs, the caller asks the index. The status is
+    computed for the page's rows only, with the window's own instant.
+    """
+    need = offset + limit
+    size = need * WINDOW_PER_ROW
+    db = unfiltered.db
+    if size > WINDOW_MAX or field == "rest_status" or connections[db].vendor != "postgresql":
+        return None
+    window = unfiltered[:size].query
+    status_sql, status_params = window.get_compiler(using=db).compile(
+        window.annotations["rest_status"]
+    )
+    window.set_annotation_mask(())  # the window carries the rows, the page their status
+    inner_sql, inner_params = window.get_compiler(using=db).as_sql()
+    # The metadata conditions, as filter_metadata writes them for the whole table.
+    probe = filter_metadata(Thread.objects.using(db), metadata).query
+    probe.get_initial_alias()
+    where_sql, where_params = probe.get_compiler(using=db).compile(probe.where)
+    direction = "DESC" if descending else "ASC"
+    table = Thread._meta.db_table
+    sql = (
+        f'SELECT "{table}".*, {status_sql} AS "rest_status"'  # noqa: S608
+        f' FROM ({inner_sql}) AS "{table}" WHERE {where_sql}'
+        f' ORDER BY "{table}"."{field}" {direction}, "{table}"."id" {direction}'
+        " LIMIT %s OFFSET %s"
+    )
+    params = [*status_params, *inner_params, *where_params, limit, offset]
+    rows = list(Thread.objects.raw(sql, params, using=db))
+    return rows if len(rows) == limit else None
 
 
 def count_threads(

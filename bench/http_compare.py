@@ -222,6 +222,7 @@ def aegra_seeder(db_name: str) -> Any:
                 " updated_at) VALUES (%s, 'idle', %s, %s, now(), now())",
                 rows,
             )
+            cur.execute("ANALYZE thread")  # as after any bulk load (see criogen_seeder)
         return mark
 
     return seed

@@ -77,18 +77,23 @@ class Thread(models.Model):
     class Meta:
         db_table = "criogen_thread"
         indexes = [
+            # Every list index ends with the id, the tie-break of each list's order
+            # (threads created in one transaction share created_at): then a page is a
+            # walk of the index that stops after it, not a sort of every match.
             # The inbox (suspended threads, oldest first) and "recently updated" lists.
-            models.Index(fields=["head_status", "updated_at"], name="criogen_thread_status_idx"),
-            models.Index(fields=["updated_at"], name="criogen_thread_updated_idx"),
+            models.Index(
+                fields=["head_status", "updated_at", "id"], name="criogen_thread_status_idx"
+            ),
+            models.Index(fields=["updated_at", "id"], name="criogen_thread_updated_idx"),
             # Search's default order (newest first), for operators and for each owner;
             # and each owner's "recently updated" list (keyset pages of the dashboard).
-            models.Index(fields=["created_at"], name="criogen_thread_created_idx"),
-            models.Index(fields=["owner", "created_at"], name="criogen_thread_owner_new_idx"),
-            models.Index(fields=["owner", "updated_at"], name="criogen_thread_owner_upd_idx"),
+            models.Index(fields=["created_at", "id"], name="criogen_thread_created_idx"),
+            models.Index(fields=["owner", "created_at", "id"], name="criogen_thread_owner_new_idx"),
+            models.Index(fields=["owner", "updated_at", "id"], name="criogen_thread_owner_upd_idx"),
             # An owner's threads waiting for someone or failed (status filters, a user's
             # inbox): a few percent of the rows, so a small partial index.
             models.Index(
-                fields=["owner", "head_status", "created_at"],
+                fields=["owner", "head_status", "created_at", "id"],
                 name="criogen_thread_owner_wait_idx",
                 condition=models.Q(head_status__in=["suspended", "failed"]),
             ),

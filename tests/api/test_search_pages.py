@@ -1,0 +1,187 @@
+"""Search pages are exact whatever the path the database takes to them: threads that
+share ``created_at`` (written in one transaction) come in id order, in the direction
+asked; pages do not overlap or skip; and on PostgreSQL a metadata value most threads
+carry (read from a window of the newest threads) or few carry (read from the metadata
+index) gives what filtering every thread would."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import Server
+
+COUNT = 90
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def api_server(request: pytest.FixtureRequest) -> Server:
+    return request.getfixturevalue("server" if request.param == "sqlite" else "pg_server")
+
+
+@pytest.fixture
+async def sdk(api_server: Server) -> AsyncIterator[Any]:
+    client = api_server.client("alice")
+    yield client
+    await client.aclose()
+
+
+def _insert(server: Server, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as alice's threads, in one transaction, straight into the database."""
+    columns = (
+        "INSERT INTO criogen_thread (id, created_at, updated_at, metadata, owner_id,"
+        " head_version, head_id, head_status, lease_id, lease_expires, ttl_strategy)"
+    )
+    url = server.database_url
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite://"), timeout=60) as db:
+            (owner,) = db.execute("SELECT id FROM auth_user WHERE username = 'alice'").fetchone()
+            db.executemany(
+                columns + " VALUES (?, ?, ?, ?, ?, 0, '', ?, NULL, 0, 'delete')",
+                [
+                    (
+                        r["id"],
+                        r["created_at"].strftime("%Y-%m-%d %H:%M:%S.%f"),
+                        r["updated_at"].strftime("%Y-%m-%d %H:%M:%S.%f"),
+                        json.dumps(r["metadata"]),
+                        owner,
+                        r["head_status"],
+                    )
+                    for r in rows
+                ],
+            )
+        return
+    import psycopg
+
+    with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as db:
+        (owner,) = db.execute("SELECT id FROM auth_user WHERE username = 'alice'").fetchone()  # type: ignore[misc]
+        with db.cursor() as cur:
+            cur.executemany(
+                columns + " VALUES (%s, %s, %s, %s, %s, 0, '', %s, NULL, 0, 'delete')",
+                [
+                    (
+                        r["id"],
+                        r["created_at"],
+                        r["updated_at"],
+                        json.dumps(r["metadata"]),
+                        owner,
+                        r["head_status"],
+                    )
+                    for r in rows
+                ],
+            )
+
+
+@pytest.fixture
+def seeded(api_server: Server) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """COUNT threads of alice, newer than any other test's, sharing one ``created_at``
+    (``updated_at`` in threes); two in three carry ``common``, one in ten ``rare``; one in
+    five waits for a person; their ids are not in insertion order."""
+    mark = uuid.uuid4().hex[:10]
+    now = datetime.now(UTC) + timedelta(days=1)
+    rows = []
+    for i in range(COUNT):
+        metadata: dict[str, Any] = {"mark": mark, "nested": {"a": [1]}}
+        if i % 3:
+            metadata["kind"] = "common"
+        if i % 10 == 0:
+            metadata["kind"] = "rare"
+        if i % 4 == 0:
+            metadata["nested"] = {"a": [1], "b": 2}  # contains {"a": [1]}, is not equal to it
+        rows.append(
+            {
+                "id": f"{mark}-{(i * 37) % COUNT:03d}",
+                "created_at": now,
+                "updated_at": now - timedelta(seconds=i // 3),
+                "metadata": metadata,
+                "head_status": "suspended" if i % 5 == 0 else "",
+            }
+        )
+    _insert(api_server, rows)
+    yield mark, rows
+
+
+def _expected(
+    rows: list[dict[str, Any]],
+    *,
+    metadata: dict[str, Any],
+    status: str | None = None,
+    sort_by: str = "created_at",
+    sort_order: str = "desc",
+) -> list[str]:
+    def status_of(row: dict[str, Any]) -> str:
+        return "interrupted" if row["head_status"] == "suspended" else "idle"
+
+    kept = [
+        r
+        for r in rows
+        if all(r["metadata"].get(k) == v for k, v in metadata.items())
+        and (status is None or status_of(r) == status)
+    ]
+    key = {
+        "created_at": lambda r: (r["created_at"], r["id"]),
+        "updated_at": lambda r: (r["updated_at"], r["id"]),
+        "thread_id": lambda r: (r["id"],),
+        "status": lambda r: (status_of(r), r["id"]),
+    }[sort_by]
+    return [r["id"] for r in sorted(kept, key=key, reverse=sort_order == "desc")]
+
+
+async def _all_pages(sdk: Any, size: int, **filters: Any) -> list[str]:
+    seen: list[str] = []
+    while True:
+        page = await sdk.threads.search(limit=size, offset=len(seen), **filters)
+        seen += [t["thread_id"] for t in page]
+        if len(page) < size:
+            return seen
+
+
+@pytest.mark.parametrize(
+    ("sort_by", "sort_order"),
+    [("created_at", "desc"), ("created_at", "asc"), ("updated_at", "desc"), ("status", "asc")],
+)
+async def test_pages_of_a_common_value_come_in_order_with_ties_by_id(
+    sdk: Any, seeded: tuple[str, list[dict[str, Any]]], sort_by: str, sort_order: str
+) -> None:
+    mark, rows = seeded
+    metadata = {"mark": mark, "kind": "common"}
+    order = {"sort_by": sort_by, "sort_order": sort_order}
+    expected = _expected(rows, metadata=metadata, **order)
+    assert len(expected) == 54
+    assert await _all_pages(sdk, 7, metadata=metadata, **order) == expected
+    first = await sdk.threads.search(metadata=metadata, limit=20, **order)
+    assert [t["thread_id"] for t in first] == expected[:20]
+    assert all(t["metadata"]["kind"] == "common" for t in first)
+
+
+async def test_a_rare_value_an_exact_nested_value_and_a_status_filter(
+    sdk: Any, seeded: tuple[str, list[dict[str, Any]]]
+) -> None:
+    mark, rows = seeded
+    rare = {"mark": mark, "kind": "rare"}
+    assert await _all_pages(sdk, 20, metadata=rare) == _expected(rows, metadata=rare)
+    nested = {"mark": mark, "nested": {"a": [1]}}
+    found = await _all_pages(sdk, 20, metadata=nested)
+    assert found == _expected(rows, metadata=nested)
+    assert len(found) == COUNT - COUNT // 4 - 1  # not the ones whose value only contains it
+    for status in ("interrupted", "idle"):
+        common = {"mark": mark, "kind": "common"}
+        found = await _all_pages(sdk, 5, metadata=common, status=status)
+        assert found == _expected(rows, metadata=common, status=status)
+    assert await sdk.threads.search(metadata={"mark": mark, "kind": "none"}) == []
+
+
+async def test_threads_created_together_list_by_id_both_ways(
+    sdk: Any, seeded: tuple[str, list[dict[str, Any]]]
+) -> None:
+    mark, rows = seeded
+    newest = await sdk.threads.search(metadata={"mark": mark}, limit=COUNT)
+    assert [t["thread_id"] for t in newest] == sorted((r["id"] for r in rows), reverse=True)
+    oldest = await sdk.threads.search(metadata={"mark": mark}, limit=COUNT, sort_order="asc")
+    assert [t["thread_id"] for t in oldest] == sorted(r["id"] for r in rows)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -123,11 +123,12 @@ class InboxItem:
     calls: list[WaitingCall] = field(default_factory=list)
     interrupts: list[dict[str, Any]] = field(default_factory=list)
 
-    @property
+    # Cached: a card links its thread twice and its decision URL twice.
+    @cached_property
     def url(self) -> str:
         return thread_url(self.thread.pk)
 
-    @property
+    @cached_property
     def act_url(self) -> str:
         return thread_url(self.thread.pk, "act/")
 

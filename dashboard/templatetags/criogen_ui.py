@@ -1,4 +1,5 @@
-"""Template helpers of the dashboard: highlighted JSON, durations, the inbox count.
+"""Template helpers of the dashboard: highlighted JSON, durations, the inbox count and
+cards.
 
 Every helper escapes what it prints: state values, tool arguments and reasons come from
 models and users, and may hold HTML.
@@ -121,6 +122,15 @@ def inbox_count(context: template.Context) -> int:
         return int(context["inbox_total"])
     user = context.get("user")
     return count(user) if user is not None else 0
+
+
+@register.simple_tag(takes_context=True)
+def inbox_card(context: template.Context, item: Any) -> SafeString:
+    """One inbox card (``dashboard/inbox.html#inbox-card``), kept once rendered (see
+    :mod:`dashboard.cards`)."""
+    from dashboard.cards import inbox_card as card
+
+    return card(item, can_act=bool(context.get("can_act")), csrf_token=context.get("csrf_token"))
 
 
 @register.filter

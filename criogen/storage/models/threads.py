@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
+from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 HEAD_STATUSES = [
@@ -96,6 +97,18 @@ class Thread(models.Model):
                 fields=["owner", "head_status", "created_at", "id"],
                 name="criogen_thread_owner_wait_idx",
                 condition=models.Q(head_status__in=["suspended", "failed"]),
+            ),
+            # The inbox filtered by assistant (its count and its page): the suspended
+            # threads whose graph_id, or assistant_id, is that assistant.
+            models.Index(
+                KeyTransform("graph_id", "metadata"),
+                name="criogen_thread_wait_graph_idx",
+                condition=models.Q(head_status="suspended"),
+            ),
+            models.Index(
+                KeyTransform("assistant_id", "metadata"),
+                name="criogen_thread_wait_asst_idx",
+                condition=models.Q(head_status="suspended"),
             ),
             # Threads a run's lease holds (the "busy" status filter).
             models.Index(

@@ -1,0 +1,138 @@
+"""Inbox cards are rendered once per head checkpoint and kept (``dashboard.cards``):
+a kept card still carries each viewer's own CSRF token and a fresh age, changes with
+whatever it shows, never fills its marks into what users wrote, and the kept cards are
+bounded."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from criogen import registry
+from criogen.storage.models import Run, Thread
+from dashboard import cards
+from dashboard.data import InboxFilters, inbox_items
+from tests.dashboard.conftest import client_for
+
+TOKEN = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+
+
+@pytest.fixture(autouse=True)
+def renders(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The card renders (each a kept card made), from no kept cards."""
+    made: list[str] = []
+    render = cards.render_to_string
+
+    def counting(name: str, context: dict[str, Any]) -> str:
+        made.append(context["item"].thread.pk)
+        return render(name, context)
+
+    cards.forget_cards()
+    monkeypatch.setattr(cards, "render_to_string", counting)
+    yield made
+    cards.forget_cards()
+
+
+def card_of(html: str, thread_id: str) -> str:
+    start = html.index(f'data-thread="{thread_id}"')
+    return html[start : html.index("</article>", start)]
+
+
+def test_a_kept_card_carries_each_viewer_s_own_token_and_works(
+    operator: User, operator2: User, waiting_agent: Any, renders: list[str]
+) -> None:
+    t = waiting_agent()
+    olga, oscar = client_for(operator, csrf_checks=True), client_for(operator2, csrf_checks=True)
+    first = card_of(olga.get("/ui/inbox/").content.decode(), t.pk)
+    second = card_of(oscar.get("/ui/inbox/").content.decode(), t.pk)
+    assert renders == [t.pk]  # Oscar got the kept card
+    assert len(TOKEN.findall(first)) == len(TOKEN.findall(second)) == 1
+    token = TOKEN.findall(second)[0]
+    assert token != TOKEN.findall(first)[0]
+    assert "<criogen-" not in first + second
+    # Oscar's quick approve, posted with the token of the kept card, passes the CSRF check.
+    response = oscar.post(
+        f"/ui/threads/{t.pk}/act/",
+        {"csrfmiddlewaretoken": token, "approve": "", "expected": t.head_id, "from": "inbox"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_CURRENT_URL="http://testserver/ui/inbox/",
+    )
+    assert response.status_code == 200
+    assert "Approved" in response.content.decode()
+    assert Run.objects.filter(thread_id=t.pk).count() == 1  # the resume, queued
+
+
+def test_a_kept_card_shows_how_long_it_has_waited_now(
+    as_operator: Client, waiting_agent: Any, renders: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = waiting_agent()
+    assert "waiting 0s" in card_of(as_operator.get("/ui/inbox/").content.decode(), t.pk)
+    later = timezone.now() + timedelta(hours=3, minutes=5)
+    monkeypatch.setattr("dashboard.templatetags.criogen_ui.timezone.now", lambda: later)
+    card = card_of(as_operator.get("/ui/inbox/").content.decode(), t.pk)
+    assert "waiting 3h 05m" in card
+    assert renders == [t.pk]
+
+
+def test_a_card_changes_with_its_head_assistant_and_owner(
+    as_operator: Client, suspended_workflow: Any, viewer: User, stranger: User, renders: list[str]
+) -> None:
+    t = suspended_workflow(owner=viewer)
+    assert "owner vera" in card_of(as_operator.get("/ui/inbox/").content.decode(), t.pk)
+    Thread.objects.filter(pk=t.pk).update(metadata={"graph_id": "renamed"})
+    assert ">renamed<" in card_of(as_operator.get("/ui/inbox/").content.decode(), t.pk)
+    Thread.objects.filter(pk=t.pk).update(owner=stranger)
+    assert "owner sam" in card_of(as_operator.get("/ui/inbox/").content.decode(), t.pk)
+    assert renders == [t.pk, t.pk, t.pk]
+    # Answered, then run and suspended again: a new head, a new card.
+    graph = registry.get_graph("hitl").thread(t.pk)
+    graph.resume("yes", durability="sync")
+    assert f'data-thread="{t.pk}"' not in as_operator.get("/ui/inbox/").content.decode()
+    graph.run({"n": 40}, durability="sync")
+    card = card_of(as_operator.get("/ui/inbox/").content.decode(), t.pk)
+    assert '<span class="j-n">41</span>' in card
+    assert renders == [t.pk] * 4
+
+
+def test_the_marks_are_never_filled_into_what_users_wrote(
+    as_operator: Client, waiting_agent: Any
+) -> None:
+    t = waiting_agent(thread_id="ag-<criogen-age><criogen-csrf>")
+    html = as_operator.get("/ui/inbox/").content.decode()
+    card = card_of(html, "ag-&lt;criogen-age&gt;&lt;criogen-csrf&gt;")
+    assert card.count("waiting 0s") + card.count("waiting 1s") == 1
+    assert len(TOKEN.findall(card)) == 1
+    assert "&lt;criogen-age&gt;&lt;criogen-csrf&gt;" in card
+    assert t.pk not in html  # only ever escaped
+
+
+def test_a_card_without_a_token_has_no_token_field(
+    operator: User, waiting_agent: Any, renders: list[str]
+) -> None:
+    t = waiting_agent()
+    (item,), _ = inbox_items(operator, InboxFilters(q=t.pk))
+    for token in (None, "", "NOTPROVIDED"):
+        card = cards.inbox_card(item, can_act=True, csrf_token=token)
+        assert "csrfmiddlewaretoken" not in card and "<criogen-" not in card
+        assert "data-approve" in card
+    assert "data-approve" not in cards.inbox_card(item, can_act=False, csrf_token="x")
+    assert renders == [t.pk, t.pk]  # one per can_act
+
+
+def test_the_kept_cards_are_bounded(
+    operator: User, waiting_agent: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cards, "CARDS_KEPT", 2)
+    for _ in range(3):
+        waiting_agent()
+    items, _ = inbox_items(operator)
+    for item in items:
+        cards.inbox_card(item, can_act=True, csrf_token="x")
+    assert len(cards._kept) == 2

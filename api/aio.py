@@ -24,7 +24,7 @@ import contextlib
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -139,8 +139,15 @@ def _on_run_changed(event: dict[str, Any]) -> None:
 events.add_run_listener(_on_run_changed)
 
 
-async def wait_for_run(run: Run, timeout: float | None = None) -> Run:
-    """Wait until ``run`` has ended or ``timeout`` seconds passed; return it re-read."""
+async def wait_for_run(
+    run: Run, timeout: float | None = None, *, fields: Sequence[str] | None = None
+) -> Run:
+    """Wait until ``run`` has ended or ``timeout`` seconds passed; return it re-read:
+    only ``fields`` (and ``status``) when given, every field otherwise. A caller that
+    answers with the run's status and error need not decode its input again on every
+    wake-up."""
+    if fields is not None:
+        fields = list({"status", *fields})
     run_id = str(run.pk)
     ready = asyncio.Event()
     entry = (asyncio.get_running_loop(), ready)
@@ -151,7 +158,7 @@ async def wait_for_run(run: Run, timeout: float | None = None) -> Run:
     try:
         while True:
             ready.clear()
-            await db(run.refresh_from_db)
+            await db(run.refresh_from_db, fields=fields)
             if run.status in ENDED:
                 break
             remaining = None if deadline is None else deadline - time.monotonic()

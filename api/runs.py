@@ -46,6 +46,7 @@ from criogen.storage.models import Checkpoint as CheckpointRow
 from criogen.storage.models import Run, Thread
 
 __all__ = [
+    "RESULT_FIELDS",
     "STREAM_MODES",
     "check_options",
     "run_out",
@@ -136,6 +137,10 @@ def run_out(run: Run) -> dict[str, Any]:
         "cancelled_by": run.cancelled_by,
         "error": run.error,
     }
+
+
+RESULT_FIELDS = ("status", "error")
+"""What :func:`run_result` reads of a run besides its thread (which never changes)."""
 
 
 def run_result(run: Run) -> dict[str, Any]:

@@ -148,7 +148,7 @@ async def _wait_response(
     cleanup = (
         _stateless_cleanup(run, payload.on_completion, "delete") if thread_id is None else None
     )
-    run = await wait_for_run(run)
+    run = await wait_for_run(run, fields=api_runs.RESULT_FIELDS)
     result = await db(api_runs.run_result, run)
     if cleanup is not None:
         await db(cleanup)
@@ -361,7 +361,7 @@ async def cancel_run(
 async def join_run(request: HttpRequest, thread_id: str, run_id: str) -> HttpResponse:
     """Wait until the run ends; answer like ``wait``."""
     run = await db(api_runs.load_run, principal(request), thread_id, run_id)
-    run = await wait_for_run(run)
+    run = await wait_for_run(run, fields=api_runs.RESULT_FIELDS)
     return JsonResponse(
         await db(api_runs.run_result, run),
         safe=False,

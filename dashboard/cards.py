@@ -26,15 +26,19 @@ from django.utils.safestring import SafeString, mark_safe
 
 from dashboard.data import InboxItem
 
-__all__ = ["CARDS_KEPT", "forget_cards", "inbox_card"]
+__all__ = ["CARDS_KEPT", "CARDS_KEPT_CHARS", "forget_cards", "inbox_card"]
 
 CARDS_KEPT = 2000
 """How many rendered cards a process keeps (~2 kB each), least recently shown first out."""
+CARDS_KEPT_CHARS = 4_000_000
+"""And how much HTML in all: a card whose arguments are large (up to ~80 kB once the
+highlighted JSON is cut) must not let 2,000 of them take hundreds of megabytes."""
 
 _AGE = "<criogen-age>"
 _CSRF = "<criogen-csrf>"
 
 _kept: OrderedDict[Hashable, str] = OrderedDict()
+_kept_chars = 0
 _lock = threading.Lock()
 
 
@@ -62,10 +66,7 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any) -> SafeString
     if html is None:
         context = {"item": item, "can_act": can_act, "age_mark": _AGE, "csrf_mark": _CSRF}
         html = render_to_string("dashboard/inbox.html#inbox-card", context)
-        with _lock:
-            _kept[key] = html
-            while len(_kept) > CARDS_KEPT:
-                _kept.popitem(last=False)
+        _keep(key, html)
     # As the {% csrf_token %} tag prints it: nothing without a token or for the
     # sentinel Django's csrf_exempt views put in the context.
     token = str(csrf_token) if csrf_token else ""
@@ -76,7 +77,21 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any) -> SafeString
     return mark_safe(html)  # noqa: S308 - rendered by the template; the fills are escaped
 
 
+def _keep(key: Hashable, html: str) -> None:
+    global _kept_chars
+    with _lock:
+        if key in _kept:  # another thread rendered it meanwhile
+            return
+        _kept[key] = html
+        _kept_chars += len(html)
+        while _kept and (len(_kept) > CARDS_KEPT or _kept_chars > CARDS_KEPT_CHARS):
+            _, dropped = _kept.popitem(last=False)
+            _kept_chars -= len(dropped)
+
+
 def forget_cards() -> None:
     """Drop every kept card (tests; a process never needs to)."""
+    global _kept_chars
     with _lock:
         _kept.clear()
+        _kept_chars = 0

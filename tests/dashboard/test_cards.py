@@ -126,13 +126,22 @@ def test_a_card_without_a_token_has_no_token_field(
     assert renders == [t.pk, t.pk]  # one per can_act
 
 
-def test_the_kept_cards_are_bounded(
+def test_the_kept_cards_are_bounded_in_number_and_in_size(
     operator: User, waiting_agent: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cards, "CARDS_KEPT", 2)
     for _ in range(3):
         waiting_agent()
     items, _ = inbox_items(operator)
+    monkeypatch.setattr(cards, "CARDS_KEPT", 2)
     for item in items:
         cards.inbox_card(item, can_act=True, csrf_token="x")
     assert len(cards._kept) == 2
+    assert cards._kept_chars == sum(len(html) for html in cards._kept.values())
+    cards.forget_cards()
+    monkeypatch.setattr(cards, "CARDS_KEPT", 2000)
+    one = len(cards.inbox_card(items[0], can_act=True, csrf_token=""))
+    monkeypatch.setattr(cards, "CARDS_KEPT_CHARS", 2 * one + 100)
+    for item in items:
+        cards.inbox_card(item, can_act=True, csrf_token="x")
+    assert len(cards._kept) == 2
+    assert cards._kept_chars <= cards.CARDS_KEPT_CHARS

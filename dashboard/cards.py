@@ -21,6 +21,7 @@ from typing import Any
 
 from django.template.loader import render_to_string
 from django.urls import get_script_prefix
+from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
@@ -58,6 +59,7 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any) -> SafeString
         owner,
         can_act,
         get_script_prefix(),
+        timezone.get_current_timezone_name(),  # the time in the card's title
     )
     with _lock:
         html = _kept.get(key)

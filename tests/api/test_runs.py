@@ -5,6 +5,7 @@ the thread statuses and metadata runs leave behind."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -18,13 +19,17 @@ STEPS_DONE = {"steps": ["a", "b", "c"], "n": 3}
 
 
 async def wait_status(client: Any, thread_id: str, run_id: str, *statuses: str) -> dict[str, Any]:
-    """Poll the run until it has one of ``statuses`` (a few seconds at most)."""
-    for _ in range(200):
+    """Poll the run until it has one of ``statuses`` (30 s at most: 200 polls, ~11 s,
+    left little room over the 6–10 s that a run with a 4 s node takes to be cancelled
+    here, and the run may queue behind other tests' runs on a busy machine)."""
+    deadline = time.monotonic() + 30
+    while True:
         run = await client.runs.get(thread_id, run_id)
         if run["status"] in statuses:
             return run
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} stayed {run['status']}, not {statuses}")
         await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} stayed {run['status']}, not {statuses}")
 
 
 async def events_of(stream: Any) -> list[tuple[str, Any]]:

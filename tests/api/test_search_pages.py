@@ -32,57 +32,58 @@ async def sdk(api_server: Server) -> AsyncIterator[Any]:
     await client.aclose()
 
 
-def _insert(server: Server, rows: list[dict[str, Any]]) -> None:
-    """``rows`` as alice's threads, in one transaction, straight into the database."""
-    columns = (
-        "INSERT INTO criogen_thread (id, created_at, updated_at, metadata, owner_id,"
-        " head_version, head_id, head_status, lease_id, lease_expires, ttl_strategy)"
-    )
+def _sql(server: Server, sql: str, params: Any = (), *, many: bool = False) -> Any:
+    """Run ``sql`` on the server's database (``%s`` placeholders) and commit."""
     url = server.database_url
     if url.startswith("sqlite"):
         with sqlite3.connect(url.removeprefix("sqlite://"), timeout=60) as db:
-            (owner,) = db.execute("SELECT id FROM auth_user WHERE username = 'alice'").fetchone()
-            db.executemany(
-                columns + " VALUES (?, ?, ?, ?, ?, 0, '', ?, NULL, 0, 'delete')",
-                [
-                    (
-                        r["id"],
-                        r["created_at"].strftime("%Y-%m-%d %H:%M:%S.%f"),
-                        r["updated_at"].strftime("%Y-%m-%d %H:%M:%S.%f"),
-                        json.dumps(r["metadata"]),
-                        owner,
-                        r["head_status"],
-                    )
-                    for r in rows
-                ],
-            )
-        return
+            sql = sql.replace("%s", "?")
+            return db.executemany(sql, params) if many else db.execute(sql, params).fetchall()
     import psycopg
 
     with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as db:
-        (owner,) = db.execute("SELECT id FROM auth_user WHERE username = 'alice'").fetchone()  # type: ignore[misc]
-        with db.cursor() as cur:
-            cur.executemany(
-                columns + " VALUES (%s, %s, %s, %s, %s, 0, '', %s, NULL, 0, 'delete')",
-                [
-                    (
-                        r["id"],
-                        r["created_at"],
-                        r["updated_at"],
-                        json.dumps(r["metadata"]),
-                        owner,
-                        r["head_status"],
-                    )
-                    for r in rows
-                ],
+        if many:
+            with db.cursor() as cur:
+                cur.executemany(sql, params)
+            return None
+        cur = db.execute(sql, params)
+        return cur.fetchall() if cur.description is not None else None
+
+
+def _insert(server: Server, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as alice's threads, in one transaction, straight into the database."""
+    ((owner,),) = _sql(server, "SELECT id FROM auth_user WHERE username = 'alice'")
+    sqlite = server.database_url.startswith("sqlite")
+
+    def stamp(when: datetime) -> Any:  # SQLite keeps Django's text form of the time
+        return when.strftime("%Y-%m-%d %H:%M:%S.%f") if sqlite else when
+
+    _sql(
+        server,
+        "INSERT INTO criogen_thread (id, created_at, updated_at, metadata, owner_id,"
+        " head_version, head_id, head_status, lease_id, lease_expires, ttl_strategy)"
+        " VALUES (%s, %s, %s, %s, %s, 0, '', %s, NULL, 0, 'delete')",
+        [
+            (
+                r["id"],
+                stamp(r["created_at"]),
+                stamp(r["updated_at"]),
+                json.dumps(r["metadata"]),
+                owner,
+                r["head_status"],
             )
+            for r in rows
+        ],
+        many=True,
+    )
 
 
 @pytest.fixture
 def seeded(api_server: Server) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """COUNT threads of alice, newer than any other test's, sharing one ``created_at``
-    (``updated_at`` in threes); two in three carry ``common``, one in ten ``rare``; one in
-    five waits for a person; their ids are not in insertion order."""
+    """COUNT threads of alice, newer than any other test's (removed afterwards), sharing
+    one ``created_at`` (``updated_at`` in threes); two in three carry ``common``, one in
+    ten ``rare``; one in five waits for a person; their ids are not in insertion
+    order."""
     mark = uuid.uuid4().hex[:10]
     now = datetime.now(UTC) + timedelta(days=1)
     rows = []
@@ -105,6 +106,8 @@ def seeded(api_server: Server) -> Iterator[tuple[str, list[dict[str, Any]]]]:
         )
     _insert(api_server, rows)
     yield mark, rows
+    # They are dated tomorrow: other tests on this database list threads newest first.
+    _sql(api_server, "DELETE FROM criogen_thread WHERE id LIKE %s", (f"{mark}-%",))
 
 
 def _expected(

@@ -522,13 +522,13 @@ def search_threads(
     # stops after it, where a mixed order would sort every matching thread first.
     descending = (sort_order or "desc") == "desc"
     order = [F(f).desc() if descending else F(f).asc() for f in (field, "id")]
-    qs = _filtered(who, metadata=metadata, status=status, ids=ids).order_by(*order)
+    listed = _filtered(who, metadata=None, status=status, ids=ids).order_by(*order)
+    qs = filter_metadata(listed, metadata or {})
     store = storage()
     if not values:
         rows = None
         if metadata:
-            unfiltered = _filtered(who, metadata=None, status=status, ids=ids).order_by(*order)
-            rows = _page_from_window(unfiltered, metadata, field, descending, offset, limit)
+            rows = _page_from_window(listed, metadata, field, descending, offset, limit)
         if rows is None:
             rows = list(qs[offset : offset + limit])
         heads = thread_heads(rows)

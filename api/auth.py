@@ -124,7 +124,7 @@ def _model_backend_only() -> bool:
 # below is written once per process from the models' own tables and columns, with the
 # permission's id looked up once (each permission subquery then joins at most two
 # tables), and its row is turned into the token and its user with the fields' own
-# database converters: ~0.5 ms (docs/benchmarks.md, "Token authentication").
+# database converters: ~0.5 ms (bench/NOTES.md, "Token authentication").
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # unless this is set (then it closes them every this many tasks): a new PostgreSQL
 # connection for every run, ~5 ms and a server process each. Tasks keep their
 # connections as requests do instead: criogen.celery closes, around each task, those
-# older than CONN_MAX_AGE or broken (docs/benchmarks.md, "Celery workers").
+# older than CONN_MAX_AGE or broken (bench/NOTES.md, "Celery workers").
 CELERY_DB_REUSE_MAX = 1_000_000_000
 CELERY_BEAT_SCHEDULE = {
     "criogen-reap-expired-runs": {

@@ -278,7 +278,7 @@ def _claim_statement(alias: str) -> _ClaimStatement | None:
 
     Built by the ORM, the claim was an UPDATE with an ``Exists`` subquery and then a
     ``get`` of the row: two round trips and ~2 ms of compiling, half of the runner's own
-    CPU per run (docs/benchmarks.md, "The runner's claim")."""
+    CPU per run (bench/NOTES.md, "The runner's claim")."""
     if alias in _claim_statements:
         return _claim_statements[alias]
     connection = connections[alias]

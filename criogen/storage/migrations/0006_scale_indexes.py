@@ -1,5 +1,5 @@
 """Indexes for search, status filters and the inbox over millions of threads (see
-``docs/benchmarks.md``, "Scale"). The GIN index on ``metadata`` exists on PostgreSQL
+``bench/NOTES.md``, "Scale"). The GIN index on ``metadata`` exists on PostgreSQL
 only."""
 
 import django.db.models

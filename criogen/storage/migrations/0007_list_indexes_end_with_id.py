@@ -1,6 +1,6 @@
 """The thread list indexes end with the id, each list's tie-break: a page is then read
-in order from the index and the database stops after it (``docs/benchmarks.md``, "Ties
-and the list indexes"). On a large table this rebuilds six indexes, during which the
+in order from the index and the database stops after it (``bench/NOTES.md``,
+"Ties"). On a large table this rebuilds six indexes, during which the
 thread table takes no writes."""
 
 from django.conf import settings

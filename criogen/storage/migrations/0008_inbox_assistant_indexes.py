@@ -1,6 +1,6 @@
 """The inbox filtered by assistant counts and lists the suspended threads of one
 assistant: two small partial indexes (suspended threads only) on ``metadata -> graph_id``
-and ``metadata -> assistant_id`` (``docs/benchmarks.md``, "The inbox")."""
+and ``metadata -> assistant_id`` (``bench/NOTES.md``, "The inbox")."""
 
 import django.db.models.fields.json
 from django.conf import settings

@@ -18,7 +18,6 @@ filter and count by it):
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -326,34 +325,13 @@ def update_thread(
     return load_thread(who, thread_id)
 
 
-def cancel_active_runs(thread_id: str, *, by: str | None) -> None:
-    """Cancel the thread's pending and running runs (before deleting or pruning it)."""
-    from criogen.services import runs as run_services
-
-    for run in Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES):
-        run_services.cancel_run(run=run, action="interrupt", by=by)
-
-
 def delete_thread(who: Principal, thread_id: str) -> None:
     """Delete the thread: cancel its active runs, then remove its runs, state and
     whole checkpoint history (DELETE /threads/{id})."""
+    from criogen.services.threads import delete_thread as delete
+
     load_thread(who, thread_id)
-    cancel_active_runs(thread_id, by=who.name or "api")
-    _wait_released(thread_id)
-    storage().delete_thread(thread_id)
-
-
-def _wait_released(thread_id: str, timeout: float = 10.0) -> None:
-    """Wait (briefly) until no live lease holds the thread, so that a run that was
-    just cancelled does not write a checkpoint into a deleted thread."""
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while time.monotonic() < deadline:
-        info = storage().thread_info(thread_id)
-        if info is None or info.lease_id is None:
-            return
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
+    delete(thread_id=thread_id, by=who.name or "api", door="api")
 
 
 def copy_thread(who: Principal, thread_id: str) -> Thread:
@@ -814,11 +792,14 @@ def update_state(
     checkpoint_id: str | None = None,
 ) -> dict[str, Any]:
     """Write a checkpoint with ``values`` merged by the graph's reducers, as if
-    ``as_node`` had just run (POST /threads/{id}/state).
+    ``as_node`` had just run (POST /threads/{id}/state), audited with the token's
+    owner as the actor.
 
     The thread's graph comes from its ``graph_id`` metadata (set by its first run, or
     given at creation). Returns ``{"checkpoint": {...}}``.
     """
+    from criogen.services.threads import update_thread_state
+
     row = load_thread(who, thread_id)
     graph_id = (row.metadata or {}).get("graph_id")
     if not graph_id:
@@ -836,29 +817,7 @@ def update_state(
                 f"checkpoint {cid!r} first.",
                 field="checkpoint_id",
             )
-    if values is not None and not isinstance(values, dict):
-        raise InvalidArgument(
-            "values must be a JSON object of the state keys to change (or null).",
-            field="values",
-        )
-    from criogen.registry import get_graph
-
-    graph = get_graph(str(graph_id))
-    thread = graph.thread(thread_id)
-    if not hasattr(thread, "update_state"):
-        raise InvalidArgument(
-            f"graph {graph_id!r} does not support update_state.", field="thread_id"
-        )
-    from criogen.engine.workflows import WorkflowThread
-
-    if isinstance(thread, WorkflowThread):
-        cp = thread.update_state(values or {}, as_node=as_node, on_busy="fail")
-    else:
-        if as_node is not None:
-            raise InvalidArgument(
-                f"graph {graph_id!r} is an agent: update its state without as_node.",
-                field="as_node",
-            )
-        cp = thread.update_state(values or {}, by=who.name)
-    Thread.objects.filter(pk=thread_id).update(updated_at=timezone.now())
+    cp = update_thread_state(
+        thread_id=thread_id, values=values, as_node=as_node, by=who.name or "api", door="api"
+    )
     return {"checkpoint": _checkpoint_ref(thread_id, cp.id)}

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from criogen.engine.errors import CriogenError
-from criogen.services.runs import resume_thread, retry_thread
+from criogen.services.runs import answer_thread, retry_thread
 from criogen.services.threads import rewind_thread
 from criogen.storage.models import Checkpoint as CheckpointRow
 from criogen.storage.models import Thread
@@ -34,17 +33,6 @@ class Outcome:
     code: str = ""
     decided_by: str = ""
     decided_at: datetime | None = None
-
-
-def record(action: str, *, thread: Thread, user: Any, details: dict[str, Any]) -> None:
-    """Add a dashboard action to the audit trail (when the storage keeps one).
-
-    Called inside the action's transaction, so the event exists exactly when the action
-    does.
-    """
-    from criogen.registry import storage
-
-    storage().record_audit(action, thread_id=thread.pk, actor=actor(user), details=details)
 
 
 def actor(user: Any) -> str:
@@ -157,53 +145,40 @@ def _refused(exc: CriogenError, thread: Thread, checkpoint_id: str) -> Outcome:
             decided_by=by,
             decided_at=when,
         )
+    if exc.code == "stale_head" and checkpoint_id and thread.head_status != "suspended":
+        # The suspension the operator answered is gone: say who answered it.
+        return _already(thread, checkpoint_id)
+    if exc.code == "stale_head":
+        by = str(exc.details.get("moved_by") or "")
+        return Outcome(
+            ok=False,
+            message="The thread moved on since this page was loaded"
+            + (f" ({by} changed it)" if by else "")
+            + "; nothing was changed. Reload to see it as it is now.",
+            level="warning",
+            code="stale_head",
+            decided_by=by,
+        )
     if exc.code in ("not_suspended", "thread_busy") and checkpoint_id:
         return _already(thread, checkpoint_id)
     return Outcome(ok=False, message=exc.message, level="error", code=exc.code)
 
 
-def _answer(
-    *, thread: Thread, expected: str, value: Any, user: Any, audit_action: str
-) -> Outcome | None:
-    """Resume the suspension ``expected`` with ``value``, unless it was answered already.
-
-    Compare-and-set: under a lock on the thread row (``select_for_update``; SQLite takes
-    its write lock at BEGIN IMMEDIATE), refuse when the head is no longer ``expected``
-    or a run answering it is already queued; else create the resuming run in the same
-    transaction, so two operators clicking at once end with exactly one run. Returns
-    None when the run was created, else the refusal.
-    """
-    from criogen.storage.models import Run
-    from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
-
-    with transaction.atomic():
-        current = Thread.objects.select_for_update().get(pk=thread.pk)
-        answered = Run.objects.filter(
-            thread_id=thread.pk, status__in=ACTIVE_RUN_STATUSES, command__isnull=False
-        ).exists()
-        if current.head_id != expected or current.head_status != "suspended" or answered:
-            refusal = _already(current, expected)
-        else:
-            refusal = None
-            run = resume_thread(thread_id=thread.pk, value=value, by=actor(user))
-            record(
-                audit_action,
-                thread=thread,
-                user=user,
-                details={"checkpoint_id": expected, "run_id": str(run.run_id), "value": value},
-            )
-    return refusal
+def _answer(*, thread: Thread, expected: str, value: Any, user: Any) -> None:
+    """Answer the suspension ``expected`` with ``value`` through the one answering
+    service (compare-and-set on ``expected`` under the thread's lock: two operators
+    clicking at once end with exactly one run; the engine audits the decision)."""
+    answer_thread(thread_id=thread.pk, value=value, by=actor(user), door="ui", expected=expected)
 
 
 def resume(*, thread: Thread, expected: str, value: Any, user: Any) -> Outcome:
     """Answer a workflow's suspension with ``value`` (a run resumes it)."""
     try:
-        refusal = _answer(
-            thread=thread, expected=expected, value=value, user=user, audit_action="ui.resume"
-        )
+        _answer(thread=thread, expected=expected, value=value, user=user)
     except CriogenError as exc:
+        thread.refresh_from_db()
         return _refused(exc, thread, expected)
-    return refusal or Outcome(True, "Resumed: a run continues the thread.")
+    return Outcome(True, "Resumed: a run continues the thread.")
 
 
 def decide(*, thread: Thread, expected: str, decisions: list[dict[str, Any]], user: Any) -> Outcome:
@@ -211,45 +186,39 @@ def decide(*, thread: Thread, expected: str, decisions: list[dict[str, Any]], us
     if not decisions:
         return _already(thread, expected)
     try:
-        refusal = _answer(
-            thread=thread,
-            expected=expected,
-            value={"decisions": decisions},
-            user=user,
-            audit_action="ui.decide",
-        )
+        _answer(thread=thread, expected=expected, value={"decisions": decisions}, user=user)
     except CriogenError as exc:
+        thread.refresh_from_db()
         return _refused(exc, thread, expected)
-    if refusal is not None:
-        return refusal
     kinds = sorted({d["type"] for d in decisions})
     words = {"approve": "Approved", "reject": "Rejected", "edit": "Edited and approved"}
     summary = ", ".join(words.get(k, k) for k in kinds)
     return Outcome(True, f"{summary}: the agent continues.")
 
 
-def retry(*, thread: Thread, user: Any) -> Outcome:
-    """Retry a failed or interrupted run from its last checkpoint."""
+def retry(*, thread: Thread, user: Any, expected: str | None = None) -> Outcome:
+    """Retry a failed or interrupted run from its last checkpoint (the head the
+    operator saw: ``expected``)."""
     try:
-        with transaction.atomic():
-            run = retry_thread(thread_id=thread.pk, by=actor(user))
-            record("ui.retry", thread=thread, user=user, details={"run_id": str(run.run_id)})
+        run = retry_thread(thread_id=thread.pk, by=actor(user), door="ui", expected=expected)
     except CriogenError as exc:
         return _refused(exc, thread, "")
-    return Outcome(True, f"Retrying: run {str(getattr(run, 'run_id', ''))[:8]} continues it.")
+    return Outcome(True, f"Retrying: run {str(run.run_id)[:8]} continues it.")
 
 
-def rewind(*, thread: Thread, checkpoint_id: str, user: Any) -> Outcome:
-    """Fork the thread at ``checkpoint_id`` (a new head; history keeps everything)."""
+def rewind(
+    *, thread: Thread, checkpoint_id: str, user: Any, expected: str | None = None
+) -> Outcome:
+    """Fork the thread at ``checkpoint_id`` (a new head; history keeps everything).
+    ``expected`` is the head the operator saw: a second click is refused."""
     try:
-        cp = rewind_thread(thread_id=thread.pk, checkpoint_id=checkpoint_id, by=actor(user))
+        cp = rewind_thread(
+            thread_id=thread.pk,
+            checkpoint_id=checkpoint_id,
+            by=actor(user),
+            door="ui",
+            expected=expected,
+        )
     except CriogenError as exc:
         return _refused(exc, thread, "")
-    record(
-        "ui.rewind",
-        thread=thread,
-        user=user,
-        details={"checkpoint_id": checkpoint_id, "new_head": getattr(cp, "id", None)},
-    )
-    version = getattr(cp, "version", "?")
-    return Outcome(True, f"Rewound: the new head v{version} is a copy of the chosen checkpoint.")
+    return Outcome(True, f"Rewound: the new head v{cp.version} is a copy of the chosen checkpoint.")

@@ -90,6 +90,8 @@ def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
         if_not_exists=payload.if_not_exists or "reject",
         stream_mode=api_runs.stream_modes(payload.stream_mode),
         owner=who.user,
+        by=who.name or "api",
+        door="api",
     )
     api_runs.claim_owner(who, run.thread_id, created=not existed)
     return run

@@ -41,6 +41,7 @@ point.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import time
@@ -91,6 +92,7 @@ from criogen.engine.runner import (
     check_on_busy,
 )
 from criogen.engine.state import Delta, apply_update, check_json
+from criogen.engine.threads import ThreadBase, check_door, check_expected
 from criogen.engine.tools import Tool, ToolContext, build_idempotency_key
 
 __all__ = [
@@ -371,7 +373,16 @@ class Agent:
 
 # -- decisions -------------------------------------------------------------------------
 
-_RUN_OPTIONS = ("durability", "on_busy", "busy_timeout", "run_id", "metadata", "should_stop")
+_RUN_OPTIONS = (
+    "durability",
+    "on_busy",
+    "busy_timeout",
+    "run_id",
+    "metadata",
+    "should_stop",
+    "door",
+    "expected",
+)
 
 
 def _normalize_decision(
@@ -433,7 +444,7 @@ def _normalize_decision(
 # -- a thread --------------------------------------------------------------------------
 
 
-class AgentThread:
+class AgentThread(ThreadBase):
     """One conversation with an agent: its turns, approvals, head and history."""
 
     def __init__(self, agent: Agent, thread_id: ThreadId) -> None:
@@ -448,18 +459,10 @@ class AgentThread:
         """The agent's storage."""
         return self.agent.storage
 
+    def _active(self, **options: Any) -> Any:
+        return _Turn(self, options, None, None).lease()
+
     # -- reading ------------------------------------------------------------------------
-
-    @property
-    def head(self) -> Checkpoint | None:
-        """The newest checkpoint, or None before the first message."""
-        return self.storage.head(self.id)  # type: ignore[no-any-return]
-
-    @property
-    def state(self) -> dict[str, Any]:
-        """The state at the head ({} before the first message)."""
-        head = self.head
-        return head.state if head else {}
 
     @property
     def messages(self) -> list[Message]:
@@ -474,14 +477,6 @@ class AgentThread:
             return []
         return [dict(c) for c in head.interrupts[0].get("calls", [])]
 
-    def history(self, limit: int | None = None, *, before: int | None = None) -> list[Checkpoint]:
-        """Checkpoints, newest first; ``before`` a version to page back from."""
-        return self.storage.history(self.id, limit=limit, before=before)  # type: ignore[no-any-return]
-
-    def checkpoint(self, checkpoint_id: str) -> Checkpoint:
-        """One checkpoint of this thread. Raises CheckpointNotFound."""
-        return self.storage.get_checkpoint(self.id, checkpoint_id)  # type: ignore[no-any-return]
-
     def decisions(self) -> list[Any]:
         """The decisions taken on this thread (``DecisionRecord``), newest first."""
         return self.storage.decisions(self.id)  # type: ignore[no-any-return]
@@ -489,10 +484,6 @@ class AgentThread:
     def effects(self) -> list[Any]:
         """The effect ledger of this thread (``EffectRecord``), oldest first."""
         return self.storage.effects(self.id)  # type: ignore[no-any-return]
-
-    def audit(self, limit: int = 100) -> list[Any]:
-        """The audit trail of this thread (``AuditRecord``), newest first."""
-        return self.storage.audit_events(thread_id=self.id, limit=limit)  # type: ignore[no-any-return]
 
     # -- turns --------------------------------------------------------------------------
 
@@ -699,74 +690,32 @@ class AgentThread:
 
         return _Turn(self, options, None, by).start_decisions(build, "decide", version)
 
-    def rewind(self, checkpoint_id: str, *, by: str | None = None, **options: Any) -> Checkpoint:
-        """Write a ``fork`` checkpoint with the state of an earlier one; the next call
-        continues from it. Nothing is deleted."""
-        turn = _Turn(self, options, None, by)
-        with turn.lease() as active:
-            target = self.storage.get_checkpoint(self.id, checkpoint_id)
-            checkpoint = active.write(
-                source="fork",
-                status=target.status,
-                state=target.state,
-                delta={},
-                next=target.next,
-                interrupts=target.interrupts,
-                tasks=target.tasks,
-                metadata={"forked_from": target.id, "forked_version": target.version, "actor": by},
-                value_versions=dict(target.value_versions),
-                value_bases=dict(target.value_bases),
-                final=True,
+    def _prepare_update(
+        self, values: Mapping[str, Any] | None, as_node: str | None
+    ) -> dict[str, Any]:
+        if as_node is not None:
+            raise InvalidArgument(
+                f"{self.agent.name!r} is an agent: update its state without as_node.",
+                field="as_node",
             )
-        assert checkpoint is not None
-        self.storage.record_audit(
-            "rewind",
-            thread_id=self.id,
-            actor=by,
-            details={"checkpoint_id": target.id, "version": target.version, "fork": checkpoint.id},
-        )
-        return checkpoint
-
-    def update_state(
-        self, values: Mapping[str, Any], *, by: str | None = None, **options: Any
-    ) -> Checkpoint:
-        """Merge ``values`` into the head's state (``messages`` are appended) as a new
-        checkpoint that keeps the head's status, next step and interrupts."""
+        values = values or {}
         if RESERVED_KEY in values:
             raise InvalidArgument(f"{RESERVED_KEY!r} is the engine's own key.", field=RESERVED_KEY)
         update = dict(values)
         if "messages" in update:
             update["messages"] = normalize_messages(update["messages"])
         apply_update({}, update, _REDUCERS, origin="update_state")
-        turn = _Turn(self, options, None, by)
-        with turn.lease() as active:
-            head = active.head
-            state, delta = apply_update(
-                head.state if head else {}, update, _REDUCERS, origin="update_state"
-            )
-            checkpoint = active.write(
-                source="input",
-                status=head.status if head else "completed",
-                state=state,
-                delta=delta,
-                next=head.next if head else (),
-                interrupts=head.interrupts if head else (),
-                tasks=head.tasks if head else {},
-                metadata={"update_state": True, "actor": by},
-                final=True,
-            )
-        assert checkpoint is not None
-        self.storage.record_audit(
-            "update_state", thread_id=self.id, actor=by, details={"keys": sorted(values)}
-        )
-        return checkpoint
+        return update
 
-    def delete(self, *, by: str | None = None) -> bool:
-        """Delete the thread, its checkpoints, decisions and effects (audit events stay)."""
-        deleted = bool(self.storage.delete_thread(self.id))
-        if deleted:
-            self.storage.record_audit("delete", thread_id=self.id, actor=by, details={})
-        return deleted
+    def _merge(
+        self, head: Checkpoint | None, update: dict[str, Any], as_node: str | None
+    ) -> tuple[dict[str, Any], Any, str, list[str], Any, dict[str, Any]]:
+        state, delta = apply_update(
+            head.state if head else {}, update, _REDUCERS, origin="update_state"
+        )
+        if head is None:
+            return state, delta, "completed", [], (), {}
+        return state, delta, head.status, list(head.next), head.interrupts, dict(head.tasks)
 
 
 # -- one run -----------------------------------------------------------------------------
@@ -802,6 +751,8 @@ class _Turn:
         self.options = {k: v for k, v in options.items() if v is not None}
         self.metadata = dict(metadata or self.options.pop("metadata", None) or {})
         self.by = by
+        self.door = check_door(self.options.pop("door", "python"))
+        self.expected: str | None = self.options.pop("expected", None)
         self.active: ActiveRun | None = None
         self.steps = 0
 
@@ -829,6 +780,7 @@ class _Turn:
         with self.lease() as active:
             head = active.head
             tid = self.thread.id
+            check_expected(tid, head, self.expected)
             status = head.status if head else None
             if status == "suspended":
                 raise ThreadSuspended(
@@ -866,6 +818,16 @@ class _Turn:
                     "usage": {"input_tokens": 0, "output_tokens": 0},
                 }
             state, delta = apply_update(state, update, _REDUCERS, origin="input")
+            active.audit = self.thread._audit_event(
+                "input",
+                by=self.by,
+                door=self.door,
+                details={
+                    "run_id": active.run_id,
+                    "messages": len(update.get("messages", [])),
+                    "values": sorted(k for k in update if k not in ("messages", RESERVED_KEY)),
+                },
+            )
             active.write(
                 source="input",
                 status="in_progress",
@@ -874,32 +836,24 @@ class _Turn:
                 next=[MODEL],
                 metadata={**self.metadata, "actor": self.by},
             )
-            self.storage.record_audit(
-                "input",
-                thread_id=tid,
-                actor=self.by,
-                details={
-                    "run_id": active.run_id,
-                    "messages": len(update.get("messages", [])),
-                    "values": sorted(k for k in update if k not in ("messages", RESERVED_KEY)),
-                },
-            )
             return self._loop(state, MODEL, {})
 
     def start_retry(self) -> Reply:
         with self.lease() as active:
             head = active.head
             tid = self.thread.id
+            check_expected(tid, head, self.expected)
             if head is None or head.status not in ("failed", "in_progress") or not head.next:
                 raise NothingToRetry(
                     f"thread {tid!r} has no failed or interrupted turn to retry (its head is "
                     f"{head.status if head else 'empty'}).",
                     thread_id=tid,
                 )
-            self.storage.record_audit(
+            # Carried by the retried step's checkpoint: the event exists when the step does.
+            active.audit = self.thread._audit_event(
                 "retry",
-                thread_id=tid,
-                actor=self.by,
+                by=self.by,
+                door=self.door,
                 details={"run_id": active.run_id, "from": head.id, "status": head.status},
             )
             return self._loop(head.state, head.next[0], dict(head.tasks))
@@ -913,10 +867,14 @@ class _Turn:
         tid = self.thread.id
         seen = self.storage.head(tid)
         if seen is None or seen.status != "suspended":
+            if self.expected is not None and (seen is None or seen.id != self.expected):
+                self._moved_on_from(self.expected, seen)
             self._not_suspended(seen, version)
         assert seen is not None
         if version is not None and version != seen.version:
             self._moved_on(version)
+        if self.expected is not None and self.expected != seen.id:
+            self._moved_on_from(self.expected, seen)
         calls = list(seen.interrupts[0].get("calls", [])) if seen.interrupts else []
         # Validate before taking the thread: bad decisions change nothing.
         chosen = build(calls)
@@ -963,13 +921,13 @@ class _Turn:
                 {"call_id": cid, "name": calls_by_id[cid]["name"], **d} for cid, d in chosen.items()
             ]
             metadata = {**self.metadata, "actor": self.by, "decisions": summary}
-            self._write_decision_checkpoint(head, tasks, metadata, records)
-            self.storage.record_audit(
+            audit = self.thread._audit_event(
                 action,
-                thread_id=tid,
-                actor=self.by,
+                by=self.by,
+                door=self.door,
                 details={"version": head.version, "reason": reason, "decisions": summary},
             )
+            self._write_decision_checkpoint(head, tasks, metadata, records, audit)
             return self._loop(head.state, TOOLS, tasks)
 
     def _not_suspended(self, head: Checkpoint | None, version: int | None) -> NoReturn:
@@ -994,6 +952,15 @@ class _Turn:
             decided_at=d.decided_at.isoformat(),
             version=d.version,
         )
+
+    def _moved_on_from(self, expected: str, head: Checkpoint | None) -> NoReturn:
+        """The head is not the suspension ``expected`` the caller decided on: already
+        decided (by whom, when) if it was, else StaleHead."""
+        found = [d for d in self.storage.decisions(self.thread.id) if d.checkpoint_id == expected]
+        if found:
+            self._raise_decided(found[0])
+        check_expected(self.thread.id, head, expected)
+        raise AssertionError("unreachable: the head differs from expected")
 
     def _moved_on(self, version: int) -> NoReturn:
         found = self.storage.decisions(self.thread.id, version=version)
@@ -1049,9 +1016,10 @@ class _Turn:
         tasks: dict[str, Any],
         metadata: dict[str, Any],
         records: list[Any],
+        audit: Any,
     ) -> None:
         """The ``input`` checkpoint that resumes the run, in one transaction with the
-        decision records (ActiveRun.write has no place for them)."""
+        decision records and the audit event (ActiveRun.write has no place for them)."""
         active = self.active
         assert active is not None
         active.flush()
@@ -1073,7 +1041,8 @@ class _Turn:
             value_versions=dict(head.value_versions),
             value_bases=dict(head.value_bases),
         )
-        write = CheckpointWrite(checkpoint, {}, head.version, {})
+        audit = dataclasses.replace(audit, before=head.id, after=checkpoint.id)
+        write = CheckpointWrite(checkpoint, {}, head.version, {}, audit=audit)
         self.storage.write_decisions([write], records, lease_id=active.run_id)
         self.storage.notify([write])
         active.start_from(checkpoint)

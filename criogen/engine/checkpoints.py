@@ -126,6 +126,9 @@ class CheckpointWrite:
     updates: dict[str, Any] | None = None
     """What each node of the step returned, ``{node: update}``; not stored, only passed
     to listeners (streaming ``updates`` mode)."""
+    audit: Any = None
+    """The audit event (a ``storage.base.AuditRecord``) of the person's action that
+    wrote this checkpoint, stored in the same transaction; None for a run's steps."""
 
 
 def to_snapshot(checkpoint: Checkpoint) -> dict[str, Any]:

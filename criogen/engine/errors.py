@@ -12,7 +12,8 @@ the message says what to do next. The tree::
     │   ├── NotSuspended           not_suspended
     │   ├── NothingToRetry         nothing_to_retry
     │   ├── LeaseLost              lease_lost
-    │   └── AlreadyDecided         already_decided
+    │   ├── AlreadyDecided         already_decided
+    │   └── StaleHead              stale_head
     ├── CheckpointNotFound         checkpoint_not_found
     ├── InvalidState               invalid_state
     ├── InvalidSnapshot            invalid_snapshot
@@ -43,6 +44,7 @@ __all__ = [
     "NothingToRetry",
     "RunCancelled",
     "RunFailed",
+    "StaleHead",
     "StorageError",
     "ThreadBusy",
     "ThreadError",
@@ -134,6 +136,17 @@ class AlreadyDecided(ThreadError):
     """The suspension was already answered (by another operator or process)."""
 
     code = "already_decided"
+
+
+class StaleHead(ThreadError):
+    """The thread moved on since the caller looked at it: its head is no longer the
+    checkpoint the caller acted on (``expected``). Nothing was changed.
+
+    ``details`` name the ``expected`` and ``current`` head checkpoint ids and, when
+    known, who moved it (``moved_by``) and how (``moved_by_action``).
+    """
+
+    code = "stale_head"
 
 
 class CheckpointNotFound(CriogenError):

@@ -15,6 +15,7 @@ checkpoints, and writes them as the durability mode says:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -278,6 +279,9 @@ class ActiveRun:
         self._released = False
         """True once a run-ending write gave the lease back (``close`` has nothing to do)."""
         self._renewed_at = 0.0
+        self.audit: Any = None
+        """The audit event (``AuditRecord``) of the person's action this run carries
+        out; the run's next stored checkpoint carries it, so both commit together."""
 
     # -- lease -----------------------------------------------------------------------
 
@@ -447,7 +451,10 @@ class ActiveRun:
             value_versions=value_versions,
             value_bases=value_bases,
         )
-        write = CheckpointWrite(checkpoint, delta, self._tip_version, prev, updates)
+        audit, self.audit = self.audit, None
+        if audit is not None:
+            audit = dataclasses.replace(audit, before=self._tip_id, after=checkpoint.id)
+        write = CheckpointWrite(checkpoint, delta, self._tip_version, prev, updates, audit)
         if self.durability == "async" and self.storage.supports_background_writes and not final:
             if self._writer is None:
                 self._writer = _BackgroundWriter(self.storage, self.run_id)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import inspect
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -68,6 +69,7 @@ from criogen.engine.state import (
     check_update,
     compose,
 )
+from criogen.engine.threads import ThreadBase, check_expected
 
 __all__ = [
     "END",
@@ -395,7 +397,7 @@ class CompiledWorkflow:
         return await asyncio.to_thread(self.run, input, **options)
 
 
-class WorkflowThread:
+class WorkflowThread(ThreadBase):
     """One thread of a workflow: its runs, its head and its history."""
 
     def __init__(self, app: CompiledWorkflow, thread_id: ThreadId) -> None:
@@ -405,32 +407,10 @@ class WorkflowThread:
     def __repr__(self) -> str:
         return f"<WorkflowThread {self.id!r} of {self.app.name!r}>"
 
-    # -- reading ------------------------------------------------------------------------
-
     @property
-    def head(self) -> Checkpoint | None:
-        """The newest checkpoint, or None before the first run."""
-        return self.app.storage.head(self.id)  # type: ignore[no-any-return]
-
-    @property
-    def state(self) -> dict[str, Any]:
-        """The state at the head ({} before the first run)."""
-        head = self.head
-        return head.state if head else {}
-
-    def history(self, limit: int | None = None, *, before: int | None = None) -> list[Checkpoint]:
-        """Checkpoints, newest first; ``before`` a version to page back from."""
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
-        ):
-            raise InvalidArgument(
-                f"limit is {limit!r}; use None (all) or a whole number ≥ 0.", field="limit"
-            )
-        return self.app.storage.history(self.id, limit=limit, before=before)  # type: ignore[no-any-return]
-
-    def checkpoint(self, checkpoint_id: str) -> Checkpoint:
-        """One checkpoint of this thread. Raises CheckpointNotFound."""
-        return self.app.storage.get_checkpoint(self.id, checkpoint_id)  # type: ignore[no-any-return]
+    def storage(self) -> Any:
+        """The workflow's storage."""
+        return self.app.storage
 
     # -- running ------------------------------------------------------------------------
 
@@ -444,88 +424,64 @@ class WorkflowThread:
         # Validate before taking the thread, so bad input changes nothing.
         return self._go("turn", input=check_update(input, origin="input"), **options)
 
-    def resume(self, value: Any = None, **options: Any) -> RunResult:
+    def resume(
+        self,
+        value: Any = None,
+        *,
+        by: str | None = None,
+        door: str = "python",
+        expected: str | None = None,
+        **options: Any,
+    ) -> RunResult:
         """Answer the pending suspension: the suspended node runs again and its
         ``suspend()`` returns ``value``. With several pending, pass
-        ``{interrupt_id: value, …}``."""
-        check_json(value, "resume value")
-        return self._go("resume", value=value, **options)
+        ``{interrupt_id: value, …}``.
 
-    def retry(self, **options: Any) -> RunResult:
-        """Continue a failed or interrupted turn from its last checkpoint."""
-        return self._go("retry", **options)
-
-    def rewind(self, checkpoint_id: str, **options: Any) -> Checkpoint:
-        """Write a ``fork`` checkpoint with the state of an earlier one; the next call
-        continues from it. History keeps everything (nothing is deleted)."""
-        with self._active(**options) as active:
-            target = self.app.storage.get_checkpoint(self.id, checkpoint_id)
-            checkpoint = active.write(
-                source="fork",
-                status=target.status,
-                state=target.state,
-                delta={},
-                next=target.next,
-                interrupts=target.interrupts,
-                tasks=target.tasks,
-                metadata={"forked_from": target.id, "forked_version": target.version},
-                value_versions=dict(target.value_versions),
-                value_bases=dict(target.value_bases),
-                final=True,
-            )
-        assert checkpoint is not None
-        return checkpoint
-
-    def update_state(
-        self, values: Mapping[str, Any] | None, *, as_node: str | None = None, **options: Any
-    ) -> Checkpoint:
-        """Write a ``fork`` checkpoint with ``values`` merged by the reducers, as if
-        ``as_node`` had just run (the REST API's ``update_state``).
-
-        It is a ``fork`` because a person wrote it, not a run: like a rewind, it never
-        reads as "the process died", and ``run()`` without input continues from its
-        ``next`` (``run(input)`` starts a new turn).
-
-        With ``as_node`` the next nodes are that node's successors (none: the thread is
-        ``completed``); without it the head's ``next``, status and pending interrupts
-        stay as they were. Options as for ``run`` (``on_busy``, ``busy_timeout``…).
-        Raises InvalidArgument for an unknown ``as_node``, InvalidState for bad values.
+        ``by`` / ``door`` name who answered and from where (the audit event);
+        ``expected`` is the suspended checkpoint the caller answered: if the thread
+        has moved on since, StaleHead and nothing changes.
         """
+        check_json(value, "resume value")
+        audit = self._audit_event("resume", by=by, door=door, details={"value": value})
+        return self._go("resume", value=value, audit=audit, expected=expected, **options)
+
+    def retry(
+        self,
+        *,
+        by: str | None = None,
+        door: str = "python",
+        expected: str | None = None,
+        **options: Any,
+    ) -> RunResult:
+        """Continue a failed or interrupted turn from its last checkpoint (``by``,
+        ``door`` and ``expected`` as for :meth:`resume`)."""
+        audit = self._audit_event("retry", by=by, door=door, details={})
+        return self._go("retry", audit=audit, expected=expected, **options)
+
+    def _prepare_update(self, values: Mapping[str, Any] | None, as_node: str | None) -> Any:
         if as_node is not None and as_node not in self.app.graph.nodes:
             known = ", ".join(self.app.graph.nodes)
             raise InvalidArgument(
                 f"as_node {as_node!r} is not a node of {self.app.name!r} (nodes: {known}).",
                 field="as_node",
             )
-        values = check_update(values, origin="update_state")  # validate before locking
-        with self._active(**options) as active:
-            head = active.head
-            state = head.state if head else {}
-            state, delta = apply_update(
-                state, values, self.app.graph.reducers, origin=as_node or "update_state"
-            )
-            if as_node is not None:
-                nxt = self.app.graph.successors(as_node, state)
-                status, interrupts, tasks = ("in_progress" if nxt else "completed"), (), {}
-            elif head is not None:
-                nxt, status = list(head.next), head.status
-                interrupts, tasks = head.interrupts, head.tasks
-            else:
-                nxt, status, interrupts, tasks = [], "completed", (), {}
-            checkpoint = active.write(
-                source="fork",
-                status=status,
-                state=state,
-                delta=delta,
-                next=nxt,
-                interrupts=interrupts,
-                tasks=tasks,
-                metadata={"update": True, "as_node": as_node, "step": active._tip_version},
-                updates={as_node or "update_state": dict(values or {})},
-                final=True,
-            )
-        assert checkpoint is not None
-        return checkpoint
+        return check_update(values, origin="update_state")  # type: ignore[no-any-return]
+
+    def _merge(
+        self, head: Checkpoint | None, update: Any, as_node: str | None
+    ) -> tuple[dict[str, Any], Any, str, list[str], Any, dict[str, Any]]:
+        state, delta = apply_update(
+            head.state if head else {},
+            update,
+            self.app.graph.reducers,
+            origin=as_node or "update_state",
+        )
+        if as_node is not None:
+            nxt = self.app.graph.successors(as_node, state)
+            return state, delta, ("in_progress" if nxt else "completed"), nxt, (), {}
+        if head is None:
+            return state, delta, "completed", [], (), {}
+        return state, delta, head.status, list(head.next), head.interrupts, dict(head.tasks)
 
     def _active(
         self,
@@ -556,12 +512,20 @@ class WorkflowThread:
         value: Any = None,
         snapshot: Checkpoint | None = None,
         metadata: dict[str, Any] | None = None,
+        audit: Any = None,
+        expected: str | None = None,
         **options: Any,
     ) -> RunResult:
         with self._active(**options) as active:
             head = active.head
             if snapshot is not None:
                 head = _adopt_snapshot(active, head, snapshot)
+            check_expected(self.id, head, expected)
+            if audit is not None:
+                # The run's first stored checkpoint carries the event.
+                active.audit = dataclasses.replace(
+                    audit, details={**audit.details, "run_id": active.run_id}
+                )
             return _Execution(self.app, active, metadata or {}).start(mode, head, input, value)
 
 

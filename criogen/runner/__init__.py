@@ -27,7 +27,6 @@ died; it runs on a timer in the in-process runner, on Celery beat, and in
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -456,11 +455,13 @@ def _call(run: Run, stop: _Stop) -> Any:
         if head.status == "in_progress":
             return thread.retry(**options)
         return _ended(head)
+    # Who asked for the answer or retry, and from where: the engine's audit event.
+    by = kwargs.get("actor") or metadata.get("resumed_by") or metadata.get("retried_by")
+    actor = {"by": str(by) if by else None, "door": kwargs.get("door") or "api"}
     if kwargs.get("action") == "retry":
-        return thread.retry(**options, **_by(thread.retry, metadata.get("retried_by")))
+        return thread.retry(**options, **actor)
     if run.command is not None:
-        by = _by(thread.resume, metadata.get("resumed_by"))
-        return thread.resume(run.command.get("resume"), **options, **by)
+        return thread.resume(run.command.get("resume"), **options, **actor)
     if run.checkpoint_id:
         # A fork written without this run's id: if the run is claimed again after a
         # crash, it forks again instead of mistaking the fork for its own progress.
@@ -482,17 +483,6 @@ def _ended(head: Any) -> dict[str, Any]:
     if head.status == "failed":
         return {"status": "error", "error": _error_json(dict(head.error or {}))}
     return {"status": "success"}
-
-
-def _by(method: Any, by: Any) -> dict[str, Any]:
-    """``{"by": by}`` for graphs whose resume/retry record who decided (agents)."""
-    if not by:
-        return {}
-    try:
-        accepted = "by" in inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        accepted = False
-    return {"by": str(by)} if accepted else {}
 
 
 def _accepts_should_stop(graph: Any) -> bool:

@@ -40,6 +40,7 @@ from criogen.engine.checkpoints import new_id
 from criogen.engine.errors import CriogenError
 from criogen.engine.runner import ActiveRun
 from criogen.registry import storage
+from criogen.storage.base import AuditRecord
 from criogen.storage.models import DeadlineFiring, Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 
@@ -132,7 +133,7 @@ def _resume_value(head: Any, due: list[dict[str, Any]]) -> Any:
 
 
 def _apply_defaults(head: Any, due: list[dict[str, Any]]) -> bool:
-    from criogen.services.runs import _thread_assistant, create_run
+    from criogen.services.runs import answer_thread
 
     fail = [i for i in due if i.get("default") == "fail"]
     try:
@@ -161,24 +162,15 @@ def _apply_defaults(head: Any, due: list[dict[str, Any]]) -> bool:
                 _fail_suspension(head, fail[0])
                 run = None
             else:
-                run = create_run(
+                run = answer_thread(
                     thread_id=head.thread_id,
-                    assistant_id=str(_thread_assistant(head.thread_id).assistant_id),
-                    command={"resume": _resume_value(head, due)},
-                    metadata={"resumed_by": SYSTEM, "reason": "deadline"},
+                    value=_resume_value(head, due),
+                    by=SYSTEM,
+                    door="deadline",
+                    expected=head.id,
+                    metadata={"reason": "deadline"},
                 )
                 DeadlineFiring.objects.filter(pk__in=[r.pk for r in rows]).update(run=run)
-            storage().record_audit(
-                "deadline_default",
-                thread_id=head.thread_id,
-                actor=SYSTEM,
-                details={
-                    "checkpoint_id": head.id,
-                    "interrupts": [str(i["id"]) for i in due],
-                    "outcomes": [i.get("default") for i in due],
-                    "run_id": str(run.pk) if run is not None else None,
-                },
-            )
     except IntegrityError:
         return False
     logger.info("deadline passed on %r: applied %s", head.thread_id, [i["default"] for i in due])
@@ -196,6 +188,15 @@ def _fail_suspension(head: Any, interrupt: dict[str, Any]) -> None:
     with active:
         if active.head is None or active.head.id != head.id:
             raise IntegrityError("the suspension was answered meanwhile")
+        # The one audit event of this firing, stored with the failure it writes (a
+        # default answer is audited by the run that resumes the thread, door deadline).
+        active.audit = AuditRecord(
+            "deadline_fail",
+            head.thread_id,
+            SYSTEM,
+            {"interrupt_id": interrupt["id"], "reason": interrupt.get("reason")},
+            door="deadline",
+        )
         active.write(
             source="failure",
             status="failed",

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.db import transaction
@@ -37,18 +37,22 @@ from criogen.engine.errors import (
 )
 from criogen.engine.runner import check_durability
 from criogen.engine.state import check_json
+from criogen.engine.threads import check_door, check_expected
+from criogen.registry import storage
 from criogen.runner import enqueue_run, request_stop, start_next
 from criogen.selectors import RunNotFound
 from criogen.services.assistants import resolve_assistant
-from criogen.storage.models import Assistant, Checkpoint, Run, Thread
+from criogen.storage.models import Assistant, AuditEvent, Checkpoint, Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES, open_sealed, sealing
 
 __all__ = [
     "MULTITASK_STRATEGIES",
     "RunNotFound",
+    "cancel_active_runs",
     "cancel_run",
     "create_run",
     "delete_run",
+    "answer_thread",
     "resolve_durability",
     "resume_thread",
     "retry_thread",
@@ -58,6 +62,8 @@ __all__ = [
 logger = logging.getLogger("criogen.services.runs")
 
 MULTITASK_STRATEGIES = ("reject", "interrupt", "rollback", "enqueue")
+ANSWERS = ("resume", "decide", "approve", "reject", "respond")
+"""The audit actions that answer a suspension."""
 CANCEL_ACTIONS = ("interrupt", "rollback")
 ENDED = ("success", "error", "interrupted", "timeout")
 
@@ -100,6 +106,9 @@ def create_run(
     stream_mode: Any = None,
     owner: Any = None,
     action: str | None = None,
+    by: str | None = None,
+    door: str = "api",
+    expected: str | None = None,
 ) -> Run:
     """Create a run ``pending`` and have it executed once the transaction commits.
 
@@ -114,6 +123,11 @@ def create_run(
         multitask_strategy: ``enqueue``, ``reject``, ``interrupt`` or ``rollback``.
         if_not_exists: ``reject`` (unknown thread -> ThreadNotFound) or ``create``.
         action: ``"retry"`` to continue the thread's failed or interrupted turn.
+        by / door: who asks for the run and from where (the audit event of the
+            answer or retry names them; the engine writes it with the checkpoint).
+        expected: the head checkpoint the caller acted on (compare-and-set): if the
+            thread moved on, AlreadyDecided (an answer that came second) or StaleHead,
+            and nothing is written.
     Raises:
         InvalidArgument (422, names the field), ThreadNotFound (404),
         CheckpointNotFound (404), GraphNotFound (404), ThreadBusy (409, strategy
@@ -145,6 +159,7 @@ def create_run(
         _check_json(value, name)
     if action not in (None, "retry"):
         raise InvalidArgument(f"action is {action!r}; only 'retry' exists.", field="action")
+    check_door(door)
 
     run_id = uuid.uuid4()
     kwargs = {
@@ -155,6 +170,11 @@ def create_run(
     }
     if action:
         kwargs["action"] = action
+    if resume is not None or action:
+        # Who answers or retries, and from where: the runner hands them to the engine,
+        # which writes the one audit event with the checkpoint it changes.
+        kwargs["actor"] = by
+        kwargs["door"] = door
     with transaction.atomic():
         # The thread's row, locked: runs created concurrently on one thread see each other.
         thread = _thread_for_run(thread_id, if_not_exists, owner, run_id)
@@ -174,6 +194,8 @@ def create_run(
                 thread_id=thread.pk,
             )
         answering = next((r for r in active if r.command is not None), None)
+        if expected is not None and (thread.head_id != expected or answering is not None):
+            _refuse_stale(thread, expected, answering)
         if resume is not None and answering is not None and multitask_strategy == "enqueue":
             # A run answering this suspension is already queued: a second answer would
             # reach a thread that is no longer waiting, so refuse it now, by name.
@@ -228,9 +250,36 @@ def create_run(
     return run
 
 
+def _refuse_stale(thread: Thread, expected: str, answering: Run | None) -> NoReturn:
+    """The thread is not at ``expected`` any more (or an answer to it is queued):
+    AlreadyDecided naming who answered that suspension, else StaleHead."""
+    if answering is not None:
+        raise _already_answered(thread, answering)
+    answer = (
+        AuditEvent.objects.filter(thread_id=thread.pk, before=expected, action__in=ANSWERS)
+        .order_by("created_at", "pk")
+        .first()
+    )
+    if answer is not None:
+        raise AlreadyDecided(
+            f"thread {thread.pk!r} was already answered by {answer.actor or 'someone'}; "
+            "nothing was changed.",
+            thread_id=thread.pk,
+            decided_by=answer.actor,
+            decided_at=answer.created_at.isoformat(),
+        )
+    head = storage().head(thread.pk) if thread.head_id else None
+    check_expected(thread.pk, head, expected)
+    raise AssertionError("unreachable: the head differs from expected")
+
+
 def _already_answered(thread: Thread, answering: Run) -> AlreadyDecided:
     """The error for a second answer to the suspension ``answering`` answered."""
-    by = (answering.metadata or {}).get("resumed_by") or "another client"
+    by = (
+        (answering.kwargs or {}).get("actor")
+        or (answering.metadata or {}).get("resumed_by")
+        or "another client"
+    )
     return AlreadyDecided(
         f"thread {thread.pk!r} was already answered by {by} (run "
         f"{answering.run_id}); nothing was changed.",
@@ -396,6 +445,12 @@ def _cancel(run: Run, *, action: str, by: str) -> None:
         transaction.on_commit(lambda: request_stop(run.pk))
 
 
+def cancel_active_runs(thread_id: str, *, by: str | None) -> None:
+    """Cancel the thread's pending and running runs (before deleting or pruning it)."""
+    for run in Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES):
+        cancel_run(run=run, action="interrupt", by=by)
+
+
 def delete_run(*, run: Run) -> None:
     """Delete an ended run. Raises ThreadBusy (409) for a pending or running one:
     cancel it first."""
@@ -427,21 +482,52 @@ def _thread_assistant(thread_id: str) -> Assistant:
     )
 
 
-def resume_thread(*, thread_id: str, value: Any, by: str | None = None) -> Run:
-    """Answer the thread's suspension with ``value``: a run with ``{"resume": value}``
-    on the thread's assistant. Raises NotSuspended (409) when it is not waiting."""
+def answer_thread(
+    *,
+    thread_id: str,
+    value: Any,
+    by: str | None,
+    door: str,
+    expected: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Run:
+    """Answer the thread's suspension with ``value`` — the one way every door answers
+    (dashboard, deadlines; the REST API's resume runs reach :func:`create_run` with
+    the same arguments). A run with ``{"resume": value}`` on the thread's assistant;
+    the engine records the decision and its audit event (``by``, ``door``) with the
+    checkpoint that resumes the thread.
+
+    ``expected``: the suspended checkpoint the caller answered; a second answer to it
+    is refused with AlreadyDecided (naming who answered), a thread that moved on
+    otherwise with StaleHead. Raises NotSuspended (409) when nothing waits.
+    """
     assistant = _thread_assistant(thread_id)
     return create_run(
         thread_id=thread_id,
         assistant_id=str(assistant.assistant_id),
         command={"resume": value},
-        metadata={"resumed_by": by} if by else None,
+        metadata={**(metadata or {}), "resumed_by": by} if by else metadata,
+        by=by,
+        door=door,
+        expected=expected,
     )
 
 
-def retry_thread(*, thread_id: str, by: str | None = None) -> Run:
+def resume_thread(*, thread_id: str, value: Any, by: str | None = None) -> Run:
+    """Deprecated spelling of :func:`answer_thread` from Python (door ``python``)."""
+    return answer_thread(thread_id=thread_id, value=value, by=by, door="python")
+
+
+def retry_thread(
+    *,
+    thread_id: str,
+    by: str | None = None,
+    door: str = "python",
+    expected: str | None = None,
+) -> Run:
     """Continue the thread's failed or interrupted turn from its last checkpoint.
-    Raises NothingToRetry (409) when its head is neither failed nor stopped mid-run."""
+    Raises NothingToRetry (409) when its head is neither failed nor stopped mid-run,
+    StaleHead when ``expected`` is given and the head moved on."""
     assistant = _thread_assistant(thread_id)
     thread = Thread.objects.get(pk=thread_id)
     busy = Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).exists()
@@ -456,4 +542,7 @@ def retry_thread(*, thread_id: str, by: str | None = None) -> Run:
         assistant_id=str(assistant.assistant_id),
         metadata={"retried_by": by} if by else None,
         action="retry",
+        by=by,
+        door=door,
+        expected=expected,
     )

@@ -13,6 +13,7 @@ sweep picks it up once its runs have settled.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,38 +23,131 @@ from django.utils import timezone
 
 from criogen.engine.checkpoints import Checkpoint as CheckpointData
 from criogen.engine.errors import InvalidArgument, ThreadBusy, ThreadNotFound
+from criogen.engine.threads import check_door
 from criogen.registry import get_graph, storage
+from criogen.storage.base import AuditRecord
 from criogen.storage.models import Checkpoint, Run, Thread, Value
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 
-__all__ = ["TTL_STRATEGIES", "compact_thread", "rewind_thread", "set_thread_ttl", "sweep_threads"]
+__all__ = [
+    "TTL_STRATEGIES",
+    "compact_thread",
+    "delete_thread",
+    "rewind_thread",
+    "set_thread_ttl",
+    "sweep_threads",
+    "update_thread_state",
+]
 
 logger = logging.getLogger("criogen.services.threads")
 
 TTL_STRATEGIES = ("delete", "keep_latest")
 
 
-def rewind_thread(*, thread_id: str, checkpoint_id: str, by: str | None = None) -> CheckpointData:
-    """Fork the thread from one of its checkpoints: a new head with that checkpoint's
-    state (history keeps everything). Raises ThreadNotFound, CheckpointNotFound, and
-    ThreadBusy (409) while a run is pending or running on the thread."""
+def _graph_thread(thread_id: str) -> Any:
+    """The engine's thread (agent or workflow) for ``thread_id``, from its assistant."""
     from criogen.services.runs import _thread_assistant
 
+    return get_graph(_thread_assistant(thread_id).graph_id).thread(thread_id)
+
+
+def _refuse_busy(thread_id: str, doing: str) -> None:
     if not Thread.objects.filter(pk=thread_id).exists():
         raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
     if Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).exists():
         raise ThreadBusy(
-            f"thread {thread_id!r} has a run in progress; cancel it or wait before rewinding.",
+            f"thread {thread_id!r} has a run in progress; cancel it or wait before {doing}.",
             thread_id=thread_id,
         )
-    from criogen.runner import _by
 
-    graph = get_graph(_thread_assistant(thread_id).graph_id)
-    thread = graph.thread(thread_id)
-    # Agents record who rewound (their audit trail); workflows take no ``by``.
-    checkpoint = thread.rewind(checkpoint_id, on_busy="fail", **_by(thread.rewind, by))
+
+def rewind_thread(
+    *,
+    thread_id: str,
+    checkpoint_id: str,
+    by: str | None = None,
+    door: str = "python",
+    expected: str | None = None,
+) -> CheckpointData:
+    """Fork the thread from one of its checkpoints: a new head with that checkpoint's
+    state (history keeps everything), audited as ``rewind`` by ``by`` from ``door``.
+
+    ``expected``: the head the caller saw; if the thread moved on (a second click of
+    the same button), StaleHead and nothing is written. Raises ThreadNotFound,
+    CheckpointNotFound, and ThreadBusy (409) while a run is pending or running.
+    """
+    _refuse_busy(thread_id, "rewinding")
+    thread = _graph_thread(thread_id)
+    checkpoint = thread.rewind(checkpoint_id, by=by, door=door, expected=expected, on_busy="fail")
+    _touch(thread_id)
     logger.info("thread %r rewound to %s by %s", thread_id, checkpoint_id, by or "unknown")
     return checkpoint  # type: ignore[no-any-return]
+
+
+def update_thread_state(
+    *,
+    thread_id: str,
+    values: Any,
+    as_node: str | None = None,
+    by: str | None = None,
+    door: str = "python",
+    expected: str | None = None,
+) -> CheckpointData:
+    """Merge ``values`` into the thread's state as a ``fork`` checkpoint (agents and
+    workflows alike), audited as ``update_state`` by ``by`` from ``door``.
+
+    ``as_node`` (workflows): as if that node had just run. ``expected``: the head the
+    caller saw (StaleHead if it moved on). Raises InvalidArgument naming the field,
+    ThreadBusy (409) while a run holds the thread.
+    """
+    if values is not None and not isinstance(values, dict):
+        raise InvalidArgument(
+            "values must be a JSON object of the state keys to change (or null).",
+            field="values",
+        )
+    thread = _graph_thread(thread_id)
+    checkpoint = thread.update_state(
+        values or {}, as_node=as_node, by=by, door=door, expected=expected, on_busy="fail"
+    )
+    _touch(thread_id)
+    return checkpoint  # type: ignore[no-any-return]
+
+
+def delete_thread(*, thread_id: str, by: str | None = None, door: str = "python") -> bool:
+    """Delete the thread: cancel its active runs, wait for their lease to go, then
+    remove its runs, state and whole history; one ``delete`` audit event (kept).
+    False when there was no such thread."""
+    from criogen.services.runs import cancel_active_runs
+
+    cancel_active_runs(thread_id, by=by or door)
+    _wait_released(thread_id)
+    head = storage().head(thread_id)
+    event = AuditRecord(
+        "delete",
+        thread_id,
+        by,
+        {},
+        door=check_door(door),
+        before=head.id if head is not None else None,
+    )
+    return bool(storage().delete_thread(thread_id, audit=event))
+
+
+def _wait_released(thread_id: str, timeout: float = 10.0) -> None:
+    """Wait (briefly) until no live lease holds the thread, so that a run that was
+    just cancelled does not write a checkpoint into a deleted thread."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while time.monotonic() < deadline:
+        info = storage().thread_info(thread_id)
+        if info is None or info.lease_id is None:
+            return
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+def _touch(thread_id: str) -> None:
+    Thread.objects.filter(pk=thread_id).update(updated_at=timezone.now())
 
 
 def set_thread_ttl(*, thread: Thread, minutes: int | None, strategy: str = "delete") -> Thread:

@@ -282,8 +282,9 @@ class Storage(ABC):
         """
 
     @abstractmethod
-    def delete_thread(self, thread_id: str) -> bool:
-        """Remove the thread and all its checkpoints; False if it did not exist."""
+    def delete_thread(self, thread_id: str, *, audit: AuditRecord | None = None) -> bool:
+        """Remove the thread and all its checkpoints; False if it did not exist.
+        ``audit``: the event of the person's action, stored with the deletion."""
 
     @abstractmethod
     def thread_ids(self, *, limit: int = 100, offset: int = 0) -> list[str]:
@@ -425,8 +426,15 @@ class Storage(ABC):
         thread_id: str | None = None,
         actor: str | None = None,
         details: Mapping[str, Any] | None = None,
+        door: str = "",
+        before: str | None = None,
+        after: str | None = None,
     ) -> None:
-        """Append an audit event when the audit trail is on (a no-op otherwise)."""
+        """Append an audit event when the audit trail is on (a no-op otherwise).
+
+        An action that writes a checkpoint hands its event to the write instead
+        (``CheckpointWrite.audit``), so the two commit together.
+        """
 
     def audit_events(self, *, thread_id: str | None = None, limit: int = 100) -> list[AuditRecord]:
         """Audit events, newest first (only ``thread_id``'s if given)."""
@@ -557,6 +565,13 @@ class AuditRecord:
     actor: str | None
     """Who, when known."""
     details: dict[str, Any]
-    """What exactly (decisions with edits, checkpoint ids…)."""
+    """What exactly (decisions with edits, values, run ids…)."""
     created_at: datetime = field(default_factory=_utcnow)
     """When."""
+    door: str = ""
+    """Where the action came from: ``ui``, ``api``, ``python``, ``deadline``, ``cron``
+    (empty for events written before doors were recorded)."""
+    before: str | None = None
+    """The thread's head checkpoint id before the action (None: empty thread)."""
+    after: str | None = None
+    """The head checkpoint id the action wrote (None: it wrote none, e.g. delete)."""

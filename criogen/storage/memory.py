@@ -136,6 +136,8 @@ class MemoryStorage(Storage):
                     thread.values[(key, version)] = ValueRow(kind, data, prev)
                 thread.checkpoints.append(replace(cp, state={}))
                 thread.updated = time.monotonic()
+                if w.audit is not None and self.audit_enabled:
+                    self._audit.append(w.audit)
 
     def _load(self, thread: _Thread, cp: Checkpoint) -> Checkpoint:
         return replace(cp, state=build_state(cp.value_versions, thread.values))
@@ -171,13 +173,16 @@ class MemoryStorage(Storage):
             start = 0 if limit is None else max(0, end - limit)
             return [self._load(thread, cp) for cp in reversed(cps[start:end])]
 
-    def delete_thread(self, thread_id: str) -> bool:
+    def delete_thread(self, thread_id: str, *, audit: AuditRecord | None = None) -> bool:
         with self._lock:
             # Decisions and effects go with their thread, as the ORM's foreign keys cascade.
             self._decisions.pop(thread_id, None)
             for key in [k for k, e in self._effects.items() if e.thread_id == thread_id]:
                 del self._effects[key]
-            return self._threads.pop(thread_id, None) is not None
+            deleted = self._threads.pop(thread_id, None) is not None
+            if deleted and audit is not None and self.audit_enabled:
+                self._audit.append(audit)
+            return deleted
 
     def thread_ids(self, *, limit: int = 100, offset: int = 0) -> list[str]:
         with self._lock:
@@ -311,11 +316,17 @@ class MemoryStorage(Storage):
         thread_id: str | None = None,
         actor: str | None = None,
         details: Mapping[str, Any] | None = None,
+        door: str = "",
+        before: str | None = None,
+        after: str | None = None,
     ) -> None:
         if not self.audit_enabled:
             return
+        event = AuditRecord(
+            action, thread_id, actor, dict(details or {}), door=door, before=before, after=after
+        )
         with self._lock:
-            self._audit.append(AuditRecord(action, thread_id, actor, dict(details or {})))
+            self._audit.append(event)
 
     def audit_events(self, *, thread_id: str | None = None, limit: int = 100) -> list[AuditRecord]:
         with self._lock:

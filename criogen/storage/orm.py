@@ -322,7 +322,14 @@ class OrmStorage(Storage):
             return
         by_thread = _by_thread(writes)
         release = release and lease_id is not None
+        audits = [w.audit for w in writes if w.audit is not None]
         with self._write_errors(writes, "checkpoint write"):
+            if audits:
+                # A person's action: its audit event commits with its checkpoint.
+                with transaction.atomic(using=self.alias):
+                    self._write_groups(by_thread, lease_id, release)
+                    self._insert_audit(audits)
+                return
             if self.vendor == "postgresql" and len(by_thread) == 1:
                 ((thread_id, group),) = by_thread.items()
                 if not self._write_pg(thread_id, group, lease_id, release):
@@ -708,10 +715,13 @@ class OrmStorage(Storage):
             rows = cur.fetchall()
         return self._checkpoints(thread_id, rows)
 
-    def delete_thread(self, thread_id: str) -> bool:
+    def delete_thread(self, thread_id: str, *, audit: AuditRecord | None = None) -> bool:
         from criogen.storage.models import Thread
 
-        deleted, _ = Thread.objects.using(self.alias).filter(id=thread_id).delete()
+        with transaction.atomic(using=self.alias):
+            deleted, _ = Thread.objects.using(self.alias).filter(id=thread_id).delete()
+            if deleted and audit is not None:
+                self._insert_audit([audit])
         return deleted > 0
 
     def thread_ids(self, *, limit: int = 100, offset: int = 0) -> list[str]:
@@ -767,6 +777,7 @@ class OrmStorage(Storage):
                 # (thread, version, call id) is unique: another decision got there first.
                 self._already_decided(decisions, exc)
             self._write_groups(_by_thread(writes), lease_id)
+            self._insert_audit([w.audit for w in writes if w.audit is not None])
 
     def _already_decided(self, decisions: Sequence[DecisionRecord], exc: Exception) -> NoReturn:
         first = decisions[0]
@@ -1006,16 +1017,44 @@ class OrmStorage(Storage):
         thread_id: str | None = None,
         actor: str | None = None,
         details: Mapping[str, Any] | None = None,
+        door: str = "",
+        before: str | None = None,
+        after: str | None = None,
     ) -> None:
-        if not self.audit_enabled:
+        self._insert_audit(
+            [
+                AuditRecord(
+                    action,
+                    thread_id,
+                    actor,
+                    dict(details or {}),
+                    door=door,
+                    before=before,
+                    after=after,
+                )
+            ]
+        )
+
+    def _insert_audit(self, events: Sequence[AuditRecord]) -> None:
+        """Insert audit events (inside the caller's transaction, when it has one)."""
+        if not self.audit_enabled or not events:
             return
         from criogen.storage.models import AuditEvent
 
-        AuditEvent.objects.using(self.alias).create(
-            action=action,
-            thread_id=thread_id or "",
-            actor=actor,
-            details=self._json_in(dict(details or {})),
+        AuditEvent.objects.using(self.alias).bulk_create(
+            [
+                AuditEvent(
+                    created_at=e.created_at,
+                    action=e.action,
+                    thread_id=e.thread_id or "",
+                    actor=e.actor,
+                    door=e.door,
+                    before=e.before or "",
+                    after=e.after or "",
+                    details=self._json_in(dict(e.details)),
+                )
+                for e in events
+            ]
         )
 
     def audit_events(self, *, thread_id: str | None = None, limit: int = 100) -> list[AuditRecord]:
@@ -1031,6 +1070,9 @@ class OrmStorage(Storage):
                 e.actor,
                 self._json_out(e.details) or {},
                 e.created_at,
+                door=e.door,
+                before=e.before or None,
+                after=e.after or None,
             )
             for e in qs.order_by("-created_at", "-id")[:limit]
         ]

@@ -292,12 +292,12 @@ def _edit_index(error: FormError | None) -> int | None:
 def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> actions.Outcome:
     user = request.user
     if button == "retry":
-        return actions.retry(thread=t, user=user)
+        return actions.retry(thread=t, expected=expected or None, user=user)
     if button == "rewind":
         target = request.POST.get("checkpoint", "")
         if not target:
             raise FormError("checkpoint", "Choose the checkpoint to rewind to.")
-        return actions.rewind(thread=t, checkpoint_id=target, user=user)
+        return actions.rewind(thread=t, checkpoint_id=target, expected=expected or None, user=user)
     if button == "resume":
         value = parse_json(request.POST.get("value", ""), "value")
         return actions.resume(thread=t, expected=expected, value=value, user=user)

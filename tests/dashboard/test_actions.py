@@ -16,7 +16,7 @@ import pytest
 from django.test import Client
 from django.utils.html import escape
 
-from criogen import registry
+from criogen import registry, runner
 from criogen.storage.models import AuditEvent, Run, Thread
 from tests.dashboard.conftest import client_for
 
@@ -245,11 +245,18 @@ def test_actions_are_audited_when_the_audit_trail_is_on(
     # The shared storage reads CRIOGEN_AUDIT once per process; turn it on for this test.
     monkeypatch.setattr(registry.storage(), "audit_enabled", True)
     t = waiting_agent()
+    before = AuditEvent.objects.filter(thread_id=t.pk).count()
     act(as_operator, t, "reject", reason="no")
-    event = AuditEvent.objects.get(action="ui.decide")
-    assert event.actor == "olga" and event.thread_id == t.pk
+    # Nothing is decided (nor audited) until the run carries the decision out; then
+    # exactly one event names the operator and the dashboard as the door.
+    assert AuditEvent.objects.filter(thread_id=t.pk).count() == before
+    run = Run.objects.get(thread_id=t.pk)
+    runner.execute_run(run.run_id)
+    (event,) = AuditEvent.objects.filter(thread_id=t.pk).exclude(action="input")
+    assert (event.action, event.actor, event.door) == ("decide", "olga", "ui")
+    assert event.before == t.head_id and event.after
     html = as_operator.get("/ui/audit/").content.decode()
-    assert "ui.decide" in html and "olga" in html
+    assert "decide" in html and "olga" in html and ">ui<" in html
 
 
 def test_bulk_decisions_report_each_item(

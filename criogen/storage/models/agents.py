@@ -129,7 +129,19 @@ class AuditEvent(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     actor = models.CharField(max_length=255, null=True, blank=True)
     action = models.CharField(max_length=32)
+    door = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        help_text="Where the action came from: ui, api, python, deadline or cron.",
+    )
     thread_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    before = models.CharField(
+        max_length=36, blank=True, default="", help_text="The head checkpoint before the action."
+    )
+    after = models.CharField(
+        max_length=36, blank=True, default="", help_text="The checkpoint the action wrote."
+    )
     details = models.TextField(default="{}", help_text="JSON")
 
     class Meta:

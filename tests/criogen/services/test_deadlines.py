@@ -97,7 +97,8 @@ def test_a_passed_deadline_resumes_with_the_default_once_as_the_system(
     assert get_graph("deadlines").thread(thread_id).state["answer"] == "reject"
     assert DeadlineFiring.objects.get(thread_id=thread_id).run_id == fired.pk
     events = registry.storage().audit_events(thread_id=thread_id)
-    assert [(e.action, e.actor) for e in events] == [("deadline_default", "system")]
+    # One event: the answer, by the system, from the deadline door.
+    assert [(e.action, e.actor, e.door) for e in events] == [("resume", "system", "deadline")]
     assert fire_deadlines(now=after(LATER * 2)) == {"defaults": 0, "reminders": 0}
 
 

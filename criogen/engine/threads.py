@@ -1,0 +1,245 @@
+"""The thread protocol that agents and workflows share: reading a thread, and the
+operator verbs that change it without running the graph.
+
+Every door (the dashboard, the REST API, a Python script, deadlines, crons) reaches
+these verbs through one implementation each:
+
+- :meth:`ThreadBase.rewind` writes a ``fork`` checkpoint copying an earlier one;
+- :meth:`ThreadBase.update_state` writes a ``fork`` checkpoint with values merged in;
+- :meth:`ThreadBase.delete` removes the thread.
+
+The verbs that run the graph (a new turn, ``resume`` and the agent's decisions,
+``retry``) live on the subclasses and follow the same rules:
+
+- ``by`` names the actor (a user name, ``system`` for deadlines, ``cron:<id>``) and
+  ``door`` where the action came from (``ui``, ``api``, ``python``, ``deadline``,
+  ``cron``);
+- ``expected`` (optional) is the head checkpoint id the caller acted on: if the
+  thread has moved on since, :class:`StaleHead` (409) is raised and nothing changes —
+  two clicks on one page make one change;
+- exactly one audit event (:class:`AuditRecord`) is written, in the same transaction
+  as the checkpoint the action writes.
+
+update_state writes a ``fork`` checkpoint for agents and workflows alike: a person
+wrote it, not a run, so it never reads as "the process died", and a run without
+input carries on from its ``next``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from criogen.engine.checkpoints import Checkpoint
+from criogen.engine.errors import InvalidArgument, StaleHead
+from criogen.engine.runner import ActiveRun
+
+__all__ = ["DOORS", "ThreadBase", "check_door", "check_expected"]
+
+DOORS = ("ui", "api", "python", "deadline", "cron")
+"""Where an action on a thread can come from."""
+
+
+def check_door(door: Any) -> str:
+    """``door`` if it is one of :data:`DOORS`; else InvalidArgument naming ``door``."""
+    if door not in DOORS:
+        raise InvalidArgument(f"door is {door!r}; use one of {', '.join(DOORS)}.", field="door")
+    return str(door)
+
+
+def check_expected(thread_id: str, head: Checkpoint | None, expected: str | None) -> None:
+    """Raise :class:`StaleHead` when ``expected`` (a checkpoint id the caller acted on)
+    is given and is not the thread's head ``head``."""
+    if expected is None:
+        return
+    current = head.id if head is not None else None
+    if current == expected:
+        return
+    moved_by = str((head.metadata or {}).get("actor") or "") if head is not None else ""
+    where = f"v{head.version} ({head.source})" if head is not None else "empty"
+    raise StaleHead(
+        f"thread {thread_id!r} moved on since you looked at it: its head is now {where}"
+        + (f", written by {moved_by}" if moved_by else "")
+        + "; reload it and try again. Nothing was changed.",
+        thread_id=thread_id,
+        expected=expected,
+        current=current,
+        moved_by=moved_by or None,
+    )
+
+
+class ThreadBase:
+    """What agent and workflow threads have in common. Subclasses set ``id`` and
+    provide :attr:`storage`, :meth:`_active` (a lease on the thread) and the graph's
+    way of merging values (:meth:`_prepare_update`, :meth:`_merge`)."""
+
+    id: str
+
+    @property
+    def storage(self) -> Any:
+        """The storage this thread lives in."""
+        raise NotImplementedError
+
+    def _active(self, **options: Any) -> ActiveRun:
+        """An ActiveRun on this thread (not yet entered) for ``options``."""
+        raise NotImplementedError
+
+    # -- reading ------------------------------------------------------------------------
+
+    @property
+    def head(self) -> Checkpoint | None:
+        """The newest checkpoint, or None before the first run."""
+        return self.storage.head(self.id)  # type: ignore[no-any-return]
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The state at the head ({} before the first run)."""
+        head = self.head
+        return head.state if head else {}
+
+    def history(self, limit: int | None = None, *, before: int | None = None) -> list[Checkpoint]:
+        """Checkpoints, newest first; ``before`` a version to page back from."""
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise InvalidArgument(
+                f"limit is {limit!r}; use None (all) or a whole number ≥ 0.", field="limit"
+            )
+        return self.storage.history(self.id, limit=limit, before=before)  # type: ignore[no-any-return]
+
+    def checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        """One checkpoint of this thread. Raises CheckpointNotFound."""
+        return self.storage.get_checkpoint(self.id, checkpoint_id)  # type: ignore[no-any-return]
+
+    def audit(self, limit: int = 100) -> list[Any]:
+        """The audit trail of this thread (``AuditRecord``), newest first."""
+        return self.storage.audit_events(thread_id=self.id, limit=limit)  # type: ignore[no-any-return]
+
+    # -- the audit trail ------------------------------------------------------------------
+
+    def _audit_event(
+        self, action: str, *, by: str | None, door: str, details: Mapping[str, Any]
+    ) -> Any:
+        """The audit event of ``action`` (the write that carries it fills in the
+        checkpoints before and after)."""
+        from criogen.storage.base import AuditRecord
+
+        return AuditRecord(action, self.id, by, dict(details), door=check_door(door))
+
+    # -- verbs that write without running the graph ---------------------------------------
+
+    def rewind(
+        self,
+        checkpoint_id: str,
+        *,
+        by: str | None = None,
+        door: str = "python",
+        expected: str | None = None,
+        **options: Any,
+    ) -> Checkpoint:
+        """Write a ``fork`` checkpoint with the state of an earlier one; the next call
+        continues from it. History keeps everything (nothing is deleted).
+
+        Raises CheckpointNotFound, StaleHead (the head is not ``expected``),
+        ThreadBusy (a run holds the thread and ``on_busy`` says not to wait).
+        """
+        check_door(door)
+        with self._active(**options) as active:
+            check_expected(self.id, active.head, expected)
+            target = self.storage.get_checkpoint(self.id, checkpoint_id)
+            active.audit = self._audit_event(
+                "rewind",
+                by=by,
+                door=door,
+                details={"checkpoint_id": target.id, "version": target.version},
+            )
+            checkpoint = active.write(
+                source="fork",
+                status=target.status,
+                state=target.state,
+                delta={},
+                next=target.next,
+                interrupts=target.interrupts,
+                tasks=target.tasks,
+                metadata={"forked_from": target.id, "forked_version": target.version, "actor": by},
+                value_versions=dict(target.value_versions),
+                value_bases=dict(target.value_bases),
+                final=True,
+            )
+        assert checkpoint is not None
+        return checkpoint
+
+    def update_state(
+        self,
+        values: Mapping[str, Any] | None,
+        *,
+        as_node: str | None = None,
+        by: str | None = None,
+        door: str = "python",
+        expected: str | None = None,
+        **options: Any,
+    ) -> Checkpoint:
+        """Write a ``fork`` checkpoint with ``values`` merged by the graph's reducers.
+
+        Without ``as_node`` the head's status, next step and pending interrupts stay as
+        they were; with it (workflows) the next nodes are that node's successors, as if
+        it had just run. Values are checked before the thread is taken, so bad values
+        change nothing. Raises InvalidArgument / InvalidState naming what is wrong,
+        StaleHead (the head is not ``expected``), ThreadBusy.
+        """
+        check_door(door)
+        update = self._prepare_update(values, as_node)
+        plain = dict(values or {})
+        with self._active(**options) as active:
+            head = active.head
+            check_expected(self.id, head, expected)
+            state, delta, status, nxt, interrupts, tasks = self._merge(head, update, as_node)
+            active.audit = self._audit_event(
+                "update_state",
+                by=by,
+                door=door,
+                details={
+                    "keys": sorted(plain),
+                    "values": plain,
+                    **({"as_node": as_node} if as_node else {}),
+                },
+            )
+            checkpoint = active.write(
+                source="fork",
+                status=status,
+                state=state,
+                delta=delta,
+                next=nxt,
+                interrupts=interrupts,
+                tasks=tasks,
+                metadata={
+                    "update": True,
+                    "as_node": as_node,
+                    "step": active._tip_version,
+                    "actor": by,
+                },
+                updates={as_node or "update_state": plain},
+                final=True,
+            )
+        assert checkpoint is not None
+        return checkpoint
+
+    def _prepare_update(self, values: Mapping[str, Any] | None, as_node: str | None) -> Any:
+        """``values`` checked and normalised for this graph (raises before any write)."""
+        raise NotImplementedError
+
+    def _merge(
+        self, head: Checkpoint | None, update: Any, as_node: str | None
+    ) -> tuple[dict[str, Any], Any, str, list[str], Any, dict[str, Any]]:
+        """(state, delta, status, next, interrupts, tasks) of the head with ``update``."""
+        raise NotImplementedError
+
+    def delete(self, *, by: str | None = None, door: str = "python") -> bool:
+        """Delete the thread and its checkpoints (its audit events stay, with this one).
+        False when there was no such thread."""
+        head = self.storage.head(self.id)
+        event = self._audit_event("delete", by=by, door=door, details={})
+        if head is not None:
+            event = replace(event, before=head.id)
+        return bool(self.storage.delete_thread(self.id, audit=event))

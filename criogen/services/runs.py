@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from criogen import events
+from criogen import dispatch, events
 from criogen.engine.checkpoints import check_thread_id
 from criogen.engine.errors import (
     AlreadyDecided,
@@ -39,7 +39,6 @@ from criogen.engine.runner import check_durability
 from criogen.engine.state import check_json
 from criogen.engine.threads import check_door, check_expected
 from criogen.registry import storage
-from criogen.runner import enqueue_run, request_stop, start_next
 from criogen.selectors import RunNotFound
 from criogen.services.assistants import resolve_assistant
 from criogen.storage.models import Assistant, AuditEvent, Checkpoint, Run, Thread
@@ -293,7 +292,7 @@ def _already_answered(thread: Thread, answering: Run) -> AlreadyDecided:
 def _announce_and_enqueue(run: Run) -> None:
     events.run_changed(run_id=run.run_id, thread_id=run.thread_id, status="pending")
     try:
-        enqueue_run(run.run_id)
+        dispatch.enqueue(run.run_id)
     except Exception:
         # The run is committed: the reaper restarts it once the broker is back, so the
         # caller gets its run instead of an error for a run that does exist.
@@ -434,7 +433,7 @@ def _cancel(run: Run, *, action: str, by: str) -> None:
         def after() -> None:
             events.run_changed(run_id=run.pk, thread_id=thread_id, status="interrupted")
             if thread_id is not None:
-                start_next(thread_id)
+                dispatch.start_next(thread_id)
 
         transaction.on_commit(after)
         return
@@ -442,7 +441,7 @@ def _cancel(run: Run, *, action: str, by: str) -> None:
         cancelled_by=by, cancel_action=action, updated_at=now
     )
     if rows == 1:
-        transaction.on_commit(lambda: request_stop(run.pk))
+        transaction.on_commit(lambda: dispatch.stop(run.pk))
 
 
 def cancel_active_runs(thread_id: str, *, by: str | None) -> None:

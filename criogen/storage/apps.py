@@ -17,8 +17,10 @@ class StorageConfig(AppConfig):
         # Only inside the Django project (it configures the runner and a channel
         # layer); a plain script's Storage("sqlite://…") sets up Django without them.
         if hasattr(settings, "CRIOGEN_RUNNER") and hasattr(settings, "CHANNEL_LAYERS"):
-            from criogen import events
+            from criogen import dispatch, events, runner
 
+            # The services hand committed runs to this runner (they never import it).
+            dispatch.register(runner)
             events.install()
             if settings.CRIOGEN_RUNNER == "inprocess" and _is_server():
                 # Recover runs a previous server process left behind, without waiting

@@ -106,7 +106,7 @@ def test_the_claim_takes_one_statement_and_returns_the_row_as_the_orm_reads_it(
         settings.CRIOGEN_ENCRYPTION_KEY = Fernet.generate_key().decode()
     if path == "orm":
         monkeypatch.setitem(runner._claim_statements, Run.objects.db, None)
-    monkeypatch.setattr("criogen.services.runs.enqueue_run", lambda run_id: None)
+    monkeypatch.setattr("criogen.dispatch.enqueue", lambda run_id: None)
     first = start(thread_id, input={"n": 1, "note": "ünïcode"}, metadata={"k": [1, 2]})
     second = start(thread_id, input={"n": 2})
 

@@ -12,16 +12,26 @@ A client IP that sent ``CRIOGEN_AUTH_FAILURE_LIMIT`` (default 20) bad tokens wit
 too_many_auth_failures``, a ``Retry-After`` header) for every request carrying a token
 until the window ends; requests without a token (the dashboard, ``/ok``) are not
 affected. The counting is in :mod:`api.auth`.
+
+CORS (:class:`CorsMiddleware`): django-cors-headers, for the REST API's paths only
+(:data:`API_PREFIXES`), configured by ``CRIOGEN_CORS_ALLOW_ORIGINS`` / ``CRIOGEN_CORS``
+(:mod:`api.cors`). It answers a browser's preflight before authentication and routing,
+and refuses with ``400`` a preflight whose origin, method or headers the configuration
+does not allow.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from corsheaders import middleware as cors
+from corsheaders.conf import conf as cors_conf
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.middleware import clickjacking, common, security
 from django.utils.deprecation import MiddlewareMixin
 
@@ -29,16 +39,27 @@ from api.auth import auth_failures_retry_after
 from api.errors import problem
 
 __all__ = [
+    "API_PREFIXES",
     "AuthFailureLimitMiddleware",
     "BodySizeLimitMiddleware",
     "CommonMiddleware",
+    "CorsMiddleware",
     "DEFAULT_MAX_BODY_BYTES",
     "SecurityMiddleware",
     "XFrameOptionsMiddleware",
     "api_middleware",
+    "is_api_path",
 ]
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+API_PREFIXES = ("/threads", "/runs", "/assistants", "/store", "/ok", "/info")
+"""The REST API's resources (not ``/docs`` and ``/openapi.json``: pages for browsers)."""
+
+
+def is_api_path(path: str) -> bool:
+    """``/threads``, ``/threads/…`` and the like; not ``/threadsx``."""
+    return any(path == p or path.startswith(p + "/") for p in API_PREFIXES)
 
 
 def _limit() -> int:
@@ -141,6 +162,95 @@ class AuthFailureLimitMiddleware(_Gate):
 
     refuse = staticmethod(_locked_out)
     off_loop = True  # a shared cache (production, several processes) does I/O
+
+
+class CorsMiddleware(cors.CorsMiddleware):
+    """django-cors-headers for the REST API's paths, refusing what it may not allow.
+
+    The library answers every preflight ``200`` and, for an origin it does not allow,
+    leaves out the ``Access-Control-Allow-*`` headers: the browser then reports a bare
+    "CORS error". As LangGraph's server does, a preflight whose origin, method or
+    headers the configuration does not allow is answered ``400`` here instead, with a
+    problem body (``code: cors_refused``) naming what was refused, for whoever reads
+    the network panel or tries with curl. With ``allow_headers: ["*"]`` (the default)
+    the preflight's requested headers are allowed by name: browsers do not let a
+    literal ``*`` cover ``Authorization``.
+
+    Paths outside the API (the dashboard, ``/admin/``, ``/accounts/``) authenticate
+    with cookies and never get CORS headers; nor do the dashboard's WebSockets, which
+    Channels' origin check guards.
+    """
+
+    def is_enabled(self, request: HttpRequest) -> bool:
+        return is_api_path(request.path_info)
+
+    def check_preflight(self, request: HttpRequest) -> HttpResponseBase | None:
+        answer = super().check_preflight(request)  # None: not a preflight of the API
+        if answer is None:
+            return None
+        refused = self._refusal(request)
+        return refused if refused is not None else answer
+
+    def add_response_headers(
+        self, request: HttpRequest, response: HttpResponseBase
+    ) -> HttpResponseBase:
+        response = super().add_response_headers(request, response)
+        if (
+            request.method == "OPTIONS"
+            and cors.ACCESS_CONTROL_ALLOW_HEADERS in response
+            and "*" in cors_conf.CORS_ALLOW_HEADERS
+        ):
+            requested = _requested_headers(request)
+            if requested:
+                response[cors.ACCESS_CONTROL_ALLOW_HEADERS] = ", ".join(requested)
+            else:
+                del response[cors.ACCESS_CONTROL_ALLOW_HEADERS]
+        return response
+
+    def _origin_allowed(self, origin: str) -> bool:
+        if cors_conf.CORS_ALLOW_ALL_ORIGINS:
+            return True
+        try:
+            url = urlsplit(origin)
+        except ValueError:
+            return False
+        return self.origin_found_in_white_lists(origin, url)
+
+    def _refusal(self, request: HttpRequest) -> HttpResponse | None:
+        """The 400 for a preflight the configuration does not allow, or None."""
+        refused: list[tuple[str, str]] = []
+        origin = request.headers.get("origin")
+        if origin is not None and not self._origin_allowed(origin):
+            refused.append(("Origin", f"origin {origin!r} is not allowed"))
+        method = request.headers.get("access-control-request-method", "").strip()
+        if method not in cors_conf.CORS_ALLOW_METHODS:
+            refused.append(("Access-Control-Request-Method", f"method {method!r} is not allowed"))
+        if "*" not in cors_conf.CORS_ALLOW_HEADERS:
+            allowed = {h.lower() for h in cors_conf.CORS_ALLOW_HEADERS}
+            others = [h for h in _requested_headers(request) if h not in allowed]
+            if others:
+                refused.append(
+                    (
+                        "Access-Control-Request-Headers",
+                        f"header(s) {', '.join(others)} not allowed",
+                    )
+                )
+        if not refused:
+            return None
+        return problem(
+            400,
+            "CORS preflight refused: "
+            + "; ".join(why for _, why in refused)
+            + " (CRIOGEN_CORS_ALLOW_ORIGINS / CRIOGEN_CORS, docs/deployment.md).",
+            "cors_refused",
+            field=refused[0][0],
+        )
+
+
+def _requested_headers(request: HttpRequest) -> list[str]:
+    """The preflight's ``Access-Control-Request-Headers``, lower case."""
+    value = request.headers.get("access-control-request-headers", "")
+    return [h.strip().lower() for h in value.split(",") if h.strip()]
 
 
 # -- the REST API's middleware under ASGI ------------------------------------------------

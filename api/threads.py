@@ -589,9 +589,10 @@ def count_threads(
     metadata: dict[str, Any] | None = None,
     values: dict[str, Any] | None = None,
     status: str | None = None,
+    ids: list[str] | None = None,
 ) -> int:
-    """How many threads match (POST /threads/count)."""
-    qs = _filtered(who, metadata=metadata, status=status, ids=None)
+    """How many threads match (POST /threads/count; a search's ``X-Pagination-Total``)."""
+    qs = _filtered(who, metadata=metadata, status=status, ids=ids)
     if not values:
         return qs.count()
     store = storage()

@@ -32,11 +32,8 @@ from django.dispatch import Signal  # noqa: E402
 from django.http import HttpRequest, HttpResponseBase  # noqa: E402
 from django.urls import set_script_prefix  # noqa: E402
 
-from api.middleware import api_middleware  # noqa: E402
+from api.middleware import api_middleware, is_api_path  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
-
-API_PREFIXES = ("/threads", "/runs", "/assistants", "/store", "/ok", "/info")
-"""The REST API's resources (not ``/docs`` and ``/openapi.json``: pages for browsers)."""
 
 
 def _sync_only(signal: Signal, sender: type) -> bool:
@@ -136,11 +133,6 @@ class ApiHandler(ASGIHandler):
 
 
 api_asgi_app = ApiHandler()
-
-
-def is_api_path(path: str) -> bool:
-    """``/threads``, ``/threads/…`` and the like; not ``/threadsx``."""
-    return any(path == p or path.startswith(p + "/") for p in API_PREFIXES)
 
 
 async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from api.cors import cors_settings
 from criogen.storage.setup import database_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -70,6 +71,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "corsheaders",  # its system checks validate the CORS_* settings below
     "django_htmx",
     "template_partials",
     "criogen.storage",
@@ -79,6 +81,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # CORS for the REST API's paths only: preflights are answered here, before the
+    # guards below, authentication and routing; the guards' 413/429 get the headers.
+    "api.middleware.CorsMiddleware",
     # Refuse oversized bodies (413) before anything reads them.
     "api.middleware.BodySizeLimitMiddleware",
     # 429 for a client IP after too many bad API tokens (counted in api.auth).
@@ -271,6 +276,19 @@ CELERY_BEAT_SCHEDULE["criogen-fire-crons"] = {
     "task": "api.tasks.fire_crons_task",
     "schedule": float(CRIOGEN_CRON_TICK_SECONDS),
 }
+# CORS for browser apps on other origins (api/cors.py, docs/deployment.md): a comma
+# list of origins (default "*", like LangGraph's server; never with credentials), or
+# CRIOGEN_CORS, a JSON object with the full configuration. Read into
+# django-cors-headers' settings; an invalid value stops the start-up.
+_cors = cors_settings(envstr("CRIOGEN_CORS_ALLOW_ORIGINS"), envstr("CRIOGEN_CORS"))
+CORS_ALLOW_ALL_ORIGINS: bool = _cors["CORS_ALLOW_ALL_ORIGINS"]
+CORS_ALLOWED_ORIGINS: list[str] = _cors["CORS_ALLOWED_ORIGINS"]
+CORS_ALLOWED_ORIGIN_REGEXES: list[str] = _cors["CORS_ALLOWED_ORIGIN_REGEXES"]
+CORS_ALLOW_METHODS: list[str] = _cors["CORS_ALLOW_METHODS"]
+CORS_ALLOW_HEADERS: list[str] = _cors["CORS_ALLOW_HEADERS"]
+CORS_ALLOW_CREDENTIALS: bool = _cors["CORS_ALLOW_CREDENTIALS"]
+CORS_EXPOSE_HEADERS: list[str] = _cors["CORS_EXPOSE_HEADERS"]
+CORS_PREFLIGHT_MAX_AGE: int = _cors["CORS_PREFLIGHT_MAX_AGE"]
 # --- end api ---
 
 LOGGING = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router
 
 from api import threads
@@ -83,15 +83,24 @@ def _create_thread(who: Principal, payload: ThreadCreateIn) -> dict[str, Any]:
     operation_id="search_threads",
     summary="Search threads",
 )
-async def search_threads(request: HttpRequest, payload: ThreadSearchIn) -> list[dict[str, Any]]:
+async def search_threads(
+    request: HttpRequest, response: HttpResponse, payload: ThreadSearchIn
+) -> list[dict[str, Any]]:
     """Threads by metadata, state values, status and ids; ``limit`` 1 to
-    ``CRIOGEN_MAX_SEARCH_LIMIT`` (default min(20, cap)), ``offset``, ``sort_by``."""
+    ``CRIOGEN_MAX_SEARCH_LIMIT`` (default min(20, cap)), ``offset``, ``sort_by``.
+
+    As LangGraph's server, the answer carries ``X-Pagination-Total`` (how many threads
+    match) and, when more follow this page, ``X-Pagination-Next`` (the next offset)."""
     if payload.extract and len(payload.extract) > 10:
         raise InvalidArgument("extract takes at most 10 paths.", field="extract")
-    return await db(_search_threads, principal(request), payload)
+    out, total = await db(_search_threads, principal(request), payload)
+    response["X-Pagination-Total"] = str(total)
+    if payload.offset + len(out) < total:
+        response["X-Pagination-Next"] = str(payload.offset + len(out))
+    return out
 
 
-def _search_threads(who: Principal, payload: ThreadSearchIn) -> list[dict[str, Any]]:
+def _search_threads(who: Principal, payload: ThreadSearchIn) -> tuple[list[dict[str, Any]], int]:
     found = threads.search_threads(
         who,
         metadata=payload.metadata,
@@ -109,7 +118,21 @@ def _search_threads(who: Principal, payload: ThreadSearchIn) -> list[dict[str, A
         if payload.extract:
             item["extracted"] = {k: _extract(item, path) for k, path in payload.extract.items()}
         out.append(_only(item, payload.select))
-    return out
+    return out, _search_total(who, payload, len(out))
+
+
+def _search_total(who: Principal, payload: ThreadSearchIn, found: int) -> int:
+    """How many threads match the search. A page shorter than the limit ends the list,
+    so it tells the total; a full page (or an empty one past the end) needs a count."""
+    if found < threads.search_limit(payload.limit) and (found or not payload.offset):
+        return payload.offset + found
+    return threads.count_threads(
+        who,
+        metadata=payload.metadata,
+        values=payload.values,
+        status=payload.status,
+        ids=payload.ids,
+    )
 
 
 @router.post(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 
 from criogen.storage.models import Checkpoint, Thread, Value
@@ -178,9 +180,27 @@ class EffectAdmin(admin.ModelAdmin):
 
 @admin.register(MemoryFact)
 class MemoryFactAdmin(admin.ModelAdmin):
-    list_display = ("namespace", "subject", "id", "updated_at")
+    list_display = ("namespace", "id", "updated_at")
     list_filter = ("namespace",)
-    search_fields = ("subject", "id")
+    search_fields = ("id",)
+    # The subject is sealed with an encryption key: it is written by the storage
+    # (with its digest), never edited here.
+    readonly_fields = ("subject", "subject_digest")
+
+    def get_search_results(self, request: Any, queryset: Any, search_term: str) -> Any:
+        """Search by fact id, or by subject (a person's id) through its digest."""
+        from django.conf import settings
+
+        from criogen.engine.crypto import Cipher, lookup_keys
+        from criogen.storage.models.agents import SUBJECT_DIGEST_PURPOSE
+
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip()
+        if term:
+            key = getattr(settings, "CRIOGEN_ENCRYPTION_KEY", None) or None
+            keys = lookup_keys(Cipher.from_option(key), SUBJECT_DIGEST_PURPOSE)
+            found |= queryset.filter(subject_digest__in=[k.digest(term) for k in keys])
+        return found, duplicates
 
 
 @admin.register(Document)

@@ -21,7 +21,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.api.conftest import ROOT, Server, start_server, stop_server
+from tests.api.conftest import ROOT, Server, _manage, start_server, stop_server
 from tests.reliability.conftest import FULL, OPERATOR_PASSWORD, Figures
 from tests.reliability.helpers import dashboard_session, pg, wait_idle
 
@@ -404,11 +404,18 @@ def _server(database_url: str, tmp: Path, key: str | None) -> Iterator[Server]:
         stop_server(srv)
 
 
-def _refund_with(http: httpx.Client, secret: str) -> tuple[str, list[str]]:
+def _refund_with(
+    http: httpx.Client, secret: str, person: str | None = None
+) -> tuple[str, list[str]]:
     """A support thread whose message, tool arguments, run metadata and config carry
-    ``secret``; (thread id, run ids)."""
+    ``secret``, for ``person`` (its ``user_id``: the agent looks their memory facts up
+    on every model call); (thread id, run ids)."""
     tid = http.post("/threads", json={}).json()["thread_id"]
-    ask = {"messages": [{"role": "user", "content": f"Refund order 42, code {secret}"}]}
+    ask: dict[str, Any] = {
+        "messages": [{"role": "user", "content": f"Refund order 42, code {secret}"}]
+    }
+    if person is not None:
+        ask["user_id"] = person
     extra = {"metadata": {"m": secret}, "config": {"configurable": {"m": secret}}}
     first = http.post(
         f"/threads/{tid}/runs", json={"assistant_id": "support", "input": ask, **extra}
@@ -424,6 +431,20 @@ def _refund_with(http: httpx.Client, secret: str) -> tuple[str, list[str]]:
     done = http.get(f"/threads/{tid}/runs/{second.json()['run_id']}/join").json()
     assert f"42-{secret}" in json.dumps(done), done
     return tid, [first.json()["run_id"], second.json()["run_id"]]
+
+
+def _memory(srv: Server, person: str, fact: str | None = None) -> list[str]:
+    """Through the server's own configuration (its database and key): add ``fact``
+    about ``person`` to the support agent's memory, then list what is known of them."""
+    code = (
+        "from criogen import Memory, Storage\n"
+        "memory = Memory.by_state('user_id').bind(Storage.default())\n"
+        + (f"memory.add({person!r}, {fact!r})\n" if fact else "")
+        + f"print('FACTS=' + '|'.join(f.text for f in memory.list({person!r})))\n"
+    )
+    out = _manage(srv.env, "shell", "-c", code)
+    listed = out.split("FACTS=", 1)[1].strip()
+    return listed.split("|") if listed else []
 
 
 def _failing_run(http: httpx.Client, secret: str) -> str:
@@ -454,8 +475,10 @@ def test_encryption_at_rest_keeps_no_plaintext_and_rotates(
         )
         assert legacy_run.status_code == 200, legacy_run.text
     assert _rows_with(own_database, plain) == ["criogen_run"]  # in clear, as written
+    person = f"person-{secret}"  # a memory subject: a person's id is user data too
     with _server(own_database, tmp_path, old_key) as srv, srv.http("alice") as http:
-        refund, runs = _refund_with(http, secret)
+        assert _memory(srv, person, "Prefers e-mail.") == ["Prefers e-mail."]
+        refund, runs = _refund_with(http, secret, person)
         failed = _failing_run(http, secret)
         put = {"namespace": ["vault"], "key": "code", "value": {"code": secret}}
         assert http.put("/store/items", json=put).status_code == 204
@@ -473,7 +496,7 @@ def test_encryption_at_rest_keeps_no_plaintext_and_rotates(
         legacy_got = http.get(f"/threads/{legacy}/runs").json()[0]
         assert legacy_got["metadata"]["m"] == plain
     # Raw tables: no plaintext of state, messages, tool arguments, run input, command,
-    # metadata, config, error, decisions, effects, documents.
+    # metadata, config, error, decisions, effects, documents, memory subjects.
     assert _rows_with(own_database, secret) == []
     figures.encryption_checks_passed += 1
     old_cipher = Cipher(old_key)
@@ -495,6 +518,9 @@ def test_encryption_at_rest_keeps_no_plaintext_and_rotates(
         assert http.get(f"/threads/{legacy}/runs").json()[0]["metadata"]["m"] == plain
         figures.encryption_checks_passed += 1
         newer, newer_runs = _refund_with(http, later)
+        # The person's facts are found by the old key's digest, and new ones by the new.
+        assert _memory(srv, person, "Lives in Lyon.") == ["Prefers e-mail.", "Lives in Lyon."]
+        figures.encryption_checks_passed += 1
     assert _rows_with(own_database, later) == []
     new_cipher = Cipher(new_key)
     for value in _run_columns(own_database, newer_runs[0]).values():
@@ -522,6 +548,14 @@ def test_encryption_at_rest_keeps_no_plaintext_and_rotates(
             if key is not None:
                 assert again.status_code == 422, again.text
             assert http.get(f"/threads/{legacy}/state").status_code == 200  # clear rows read
+            # A new conversation of a person whose facts this key cannot read: the
+            # memory lookup fails the same way, instead of showing no facts.
+            fresh = http.post("/threads", json={}).json()["thread_id"]
+            ask = {**ask, "user_id": person}
+            remembered = http.post(
+                f"/threads/{fresh}/runs/wait", json={"assistant_id": "support", "input": ask}
+            )
+            assert "encryption_key_invalid" in remembered.text, remembered.text
         after = (_versions(own_database, refund), _run_ids(own_database, refund))
         assert after[0] == before[0]
         if key is not None:

@@ -2,18 +2,25 @@
 
 The engine writes these through :class:`criogen.storage.orm.OrmStorage`; the models
 define the schema, the migrations and the admin. Text columns that hold user data
-(arguments, results, facts, documents, audit details) are JSON or plain text that may
-be encrypted at rest (see :mod:`criogen.engine.crypto`); ids, names, statuses and
-times stay in clear so they can be indexed and listed.
+(arguments, results, facts and their subjects, documents, audit details) are JSON or
+plain text that may be encrypted at rest (see :mod:`criogen.engine.crypto`); ids,
+names, statuses and times stay in clear so they can be indexed and listed.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
+
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
+from criogen.engine.crypto import LookupKey
 from criogen.storage.models.threads import Thread
 
+SUBJECT_DIGEST_PURPOSE = "memory subject"
+"""The purpose :class:`MemoryFact` subject digests are derived for (``lookup_keys``)."""
 DECISION_TYPES = [(t, t) for t in ("approve", "reject", "edit", "respond")]
 EFFECT_STATUSES = [(s, s) for s in ("intent", "success", "error")]
 
@@ -82,11 +89,21 @@ class Effect(models.Model):
 
 
 class MemoryFact(models.Model):
-    """A long-term fact about one person (``subject``) in a memory ``namespace``."""
+    """A long-term fact about one person (``subject``) in a memory ``namespace``.
+
+    The subject is a person's id (a ``user_id`` value): with an encryption key it is
+    sealed like the text, and found through ``subject_digest``, a keyed HMAC of it
+    (:func:`criogen.engine.crypto.lookup_keys`, :data:`SUBJECT_DIGEST_PURPOSE`). Without a
+    key the subject stays in clear and the digest uses a fixed public key, so lookups
+    take the same path either way.
+    """
 
     id = models.CharField(primary_key=True, max_length=36)
     namespace = models.CharField(max_length=255, help_text="the state key, e.g. user_id")
-    subject = models.CharField(max_length=255, help_text="its value: whose fact it is")
+    subject = models.TextField(help_text="its value: whose fact it is (sealed with a key)")
+    subject_digest = models.CharField(
+        max_length=72, help_text="key id + HMAC-SHA256 of the subject: what lookups match"
+    )
     text = models.TextField()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -94,11 +111,40 @@ class MemoryFact(models.Model):
     class Meta:
         db_table = "criogen_memory_fact"
         indexes = [
-            models.Index(fields=["namespace", "subject", "created_at"], name="criogen_fact_idx")
+            # Lookups are by (namespace, digest) in creation order; the digest's key-id
+            # prefix also lets a range scan of this index find rows under unknown keys.
+            models.Index(
+                fields=["namespace", "subject_digest", "created_at"],
+                name="criogen_fact_subject_idx",
+            )
         ]
 
     def __str__(self) -> str:
-        return f"{self.namespace}={self.subject}: {self.id}"
+        return f"{self.namespace} fact {self.id}"
+
+    @staticmethod
+    def about(namespace: str, subject: str, keys: Sequence[LookupKey]) -> Q:
+        """The rows of ``subject`` in ``namespace`` digested under any of ``keys``, and
+        every row of ``namespace`` digested under a key that is not among them.
+
+        The latter cannot be matched (their digest needs a key we lack) but must not be
+        skipped in silence: their subject does not open, so reading them raises
+        EncryptionKeyInvalid, as any sealed row read with the wrong key does. Digests
+        are ``[0-9a-f]`` and start with their key's id, so "another key" is the gaps
+        between the known ids: a few range scans of the index, not a scan of the
+        namespace. Each branch names the namespace so that SQLite, too, plans the OR
+        as a union of index searches.
+        """
+        known = sorted({k.id for k in keys})
+        ranges = [{"subject_digest__lt": known[0]}, {"subject_digest__gte": known[-1] + "g"}]
+        ranges += [
+            {"subject_digest__gte": low + "g", "subject_digest__lt": high}
+            for low, high in itertools.pairwise(known)
+        ]
+        found = Q(namespace=namespace, subject_digest__in=[k.digest(subject) for k in keys])
+        for bounds in ranges:
+            found |= Q(namespace=namespace, **bounds)
+        return found
 
 
 class Document(models.Model):

@@ -136,7 +136,12 @@ def test_encrypted_storage_keeps_no_plaintext_and_a_wrong_key_writes_nothing(
     key = generate_key()
     with django_db_blocker.unblock():
         storage = Storage(url, encryption_key=key, audit=True)
-        user = f"user-{uuid.uuid4().hex[:6]}"
+        # The person's id is user data too: its subject column must not show it.
+        user = f"user-{SECRET}-{uuid.uuid4().hex[:6]}"
+        # A memory namespace of this test's own: the session's databases are shared,
+        # and a namespace holding facts sealed with a key other tests lack fails their
+        # lookups (as it should: those facts cannot be read without it).
+        person = f"person_{uuid.uuid4().hex[:6]}"
         model = ScriptedModel(
             [
                 {"tool_calls": [{"name": "remember", "args": {"fact": f"code {SECRET}"}}]},
@@ -148,11 +153,11 @@ def test_encrypted_storage_keeps_no_plaintext_and_a_wrong_key_writes_nothing(
             model,
             tools=[note],
             approve=["note"],
-            memory=Memory.by_state("user_id"),
+            memory=Memory.by_state(person),
             storage=storage,
         )
         t = agent.thread(thread_id)
-        assert t.send(f"My code is {SECRET}", user_id=user).status == "suspended"
+        assert t.send(f"My code is {SECRET}", **{person: user}).status == "suspended"
         reply = t.decide({"n1": {"args": {"text": f"{SECRET}!"}}}, by="alice")
         assert reply.text == f"Your code is {SECRET}."
         docs = Collection(f"c-{uuid.uuid4().hex[:6]}", storage=storage)
@@ -162,7 +167,7 @@ def test_encrypted_storage_keeps_no_plaintext_and_a_wrong_key_writes_nothing(
         tables = {
             "criogen_value": "data",
             "criogen_checkpoint": "body",
-            "criogen_memory_fact": "text",
+            "criogen_memory_fact": "text || subject || subject_digest",
             "criogen_document": "text || metadata",
             "criogen_decision": "args || message",
             "criogen_effect": "args || coalesce(result, '')",

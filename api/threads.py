@@ -36,8 +36,7 @@ from criogen.engine.errors import CheckpointNotFound, InvalidArgument, ThreadNot
 from criogen.selectors import filter_metadata, filter_status, thread_heads, with_status
 from criogen.storage.models import Checkpoint as CheckpointRow
 from criogen.storage.models import Thread
-from criogen.storage.models import Value as ValueRow
-from criogen.storage.models.runs import ACTIVE_RUN_STATUSES, Run
+from criogen.storage.models.threads import TTL_STRATEGIES
 
 __all__ = [
     "copy_thread",
@@ -57,7 +56,6 @@ __all__ = [
 ]
 
 THREAD_STATUSES = ("idle", "busy", "interrupted", "error")
-TTL_STRATEGIES = ("delete", "keep_latest")
 MAX_TTL_MINUTES = 52_560_000  # 100 years: the column and datetime arithmetic stay in range
 SORT_FIELDS = {
     "thread_id": "id",
@@ -335,53 +333,12 @@ def delete_thread(who: Principal, thread_id: str) -> None:
 
 
 def copy_thread(who: Principal, thread_id: str) -> Thread:
-    """A new thread (new UUID) with the same metadata and the whole history.
+    """A new thread (new UUID) with the same metadata and the whole history, owned by
+    the caller (POST /threads/{id}/copy)."""
+    from criogen.services.threads import copy_thread as copy
 
-    Checkpoints get new ids (their parent links follow); state values are copied as
-    stored, so the copy costs what the original does.
-    """
-    source = load_thread(who, thread_id)
-    new_id = str(uuid.uuid4())
-    with transaction.atomic():
-        copy = Thread(
-            id=new_id,
-            metadata={**(source.metadata or {}), **({"owner": who.name} if who.name else {})},
-            owner=who.user if who.user is not None else source.owner,
-            head_version=source.head_version,
-            head_status=source.head_status,
-            ttl_minutes=source.ttl_minutes,
-            ttl_strategy=source.ttl_strategy,
-            expires_at=source.expires_at,
-        )
-        rows = list(CheckpointRow.objects.filter(thread_id=thread_id).order_by("version"))
-        ids = {row.id: str(uuid.uuid4()) for row in rows}
-        copy.head_id = ids.get(source.head_id, "")
-        copy.save(force_insert=True)
-        CheckpointRow.objects.bulk_create(
-            CheckpointRow(
-                id=ids[row.id],
-                thread_id=new_id,
-                version=row.version,
-                run_id=row.run_id,
-                source=row.source,
-                status=row.status,
-                parent_id=ids.get(row.parent_id or "", row.parent_id),
-                created_at=row.created_at,
-                body=row.body,
-            )
-            for row in rows
-        )
-        ValueRow.objects.bulk_create(
-            ValueRow(
-                thread_id=new_id,
-                state_key=v.state_key,
-                version=v.version,
-                kind=v.kind,
-                prev=v.prev,
-                data=v.data,
-            )
-            for v in ValueRow.objects.filter(thread_id=thread_id).iterator()
-        )
+    load_thread(who, thread_id)
+    new_id = copy(thread_id=thread_id, owner=who.user, by=who.name or "api", door="api")
     return load_thread(who, new_id)
 
 
@@ -390,15 +347,9 @@ def copy_thread(who: Principal, thread_id: str) -> Thread:
 
 def _prune_one(row: Thread, strategy: str, *, by: str | None) -> str | None:
     """Apply ``strategy`` to one thread; return "deleted"/"pruned", or None if skipped."""
-    from criogen.services.threads import compact_thread
+    from criogen.services.threads import prune_thread
 
-    if Run.objects.filter(thread_id=row.pk, status__in=ACTIVE_RUN_STATUSES).exists():
-        return None  # never expire a thread mid-run: a later sweep picks it up
-    if strategy == "delete":
-        storage().delete_thread(row.pk)
-        return "deleted"
-    # Compacts the history to the head and re-arms the TTL (None: no TTL stays none).
-    return "pruned" if compact_thread(thread_id=row.pk, rearm_minutes=row.ttl_minutes) else None
+    return prune_thread(thread_id=row.pk, strategy=strategy, by=by or "api", door="api")
 
 
 def prune_expired(who: Principal) -> dict[str, int]:

@@ -401,24 +401,37 @@ def wait_run(*, run: Run, timeout: float | None = None) -> Run:
 # -- cancelling --------------------------------------------------------------------------
 
 
-def cancel_run(*, run: Run, action: str = "interrupt", by: str | None = None) -> Run:
+def cancel_run(
+    *, run: Run, action: str = "interrupt", by: str | None = None, door: str = "api"
+) -> Run:
     """Cancel ``run``: a pending one ends ``interrupted`` now; a running one stops
     before its next step (then ``interrupted``, its checkpoints kept for
-    ``interrupt``, deleted for ``rollback``). ``cancelled_by`` records ``by``.
-    An ended run is returned unchanged. Raises InvalidArgument for another action.
+    ``interrupt``, deleted for ``rollback``). ``cancelled_by`` records ``by``; one
+    ``cancel`` audit event (``by``, ``door``) is written with the change.
+    An ended run is returned unchanged (and nothing is audited). Raises
+    InvalidArgument for another action or door.
     """
     if action not in CANCEL_ACTIONS:
         raise InvalidArgument(
             f"action is {action!r}; use 'interrupt' or 'rollback'.", field="action"
         )
+    check_door(door)
     with transaction.atomic():
-        _cancel(run, action=action, by=by or "user")
+        if _cancel(run, action=action, by=by or "user") and run.thread_id is not None:
+            storage().record_audit(
+                "cancel",
+                thread_id=run.thread_id,
+                actor=by,
+                door=door,
+                details={"run_id": str(run.pk), "action": action},
+            )
     run.refresh_from_db()
     return run
 
 
-def _cancel(run: Run, *, action: str, by: str) -> None:
-    """Cancel inside the caller's transaction; effects after commit."""
+def _cancel(run: Run, *, action: str, by: str) -> bool:
+    """Cancel inside the caller's transaction; effects after commit. True when the
+    run was pending or running (and so is cancelled now)."""
     now = timezone.now()
     rows = Run.objects.filter(pk=run.pk, status="pending").update(
         status="interrupted",
@@ -436,18 +449,19 @@ def _cancel(run: Run, *, action: str, by: str) -> None:
                 dispatch.start_next(thread_id)
 
         transaction.on_commit(after)
-        return
+        return True
     rows = Run.objects.filter(pk=run.pk, status="running", cancel_action__isnull=True).update(
         cancelled_by=by, cancel_action=action, updated_at=now
     )
     if rows == 1:
         transaction.on_commit(lambda: dispatch.stop(run.pk))
+    return rows == 1
 
 
-def cancel_active_runs(thread_id: str, *, by: str | None) -> None:
+def cancel_active_runs(thread_id: str, *, by: str | None, door: str = "api") -> None:
     """Cancel the thread's pending and running runs (before deleting or pruning it)."""
     for run in Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES):
-        cancel_run(run=run, action="interrupt", by=by)
+        cancel_run(run=run, action="interrupt", by=by, door=door)
 
 
 def delete_run(*, run: Run) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,11 +29,14 @@ from criogen.registry import get_graph, storage
 from criogen.storage.base import AuditRecord
 from criogen.storage.models import Checkpoint, Run, Thread, Value
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
+from criogen.storage.models.threads import TTL_STRATEGIES
 
 __all__ = [
     "TTL_STRATEGIES",
     "compact_thread",
+    "copy_thread",
     "delete_thread",
+    "prune_thread",
     "rewind_thread",
     "set_thread_ttl",
     "sweep_threads",
@@ -41,7 +45,8 @@ __all__ = [
 
 logger = logging.getLogger("criogen.services.threads")
 
-TTL_STRATEGIES = ("delete", "keep_latest")
+SYSTEM = "system"
+"""The actor of what the server does by itself (a TTL's expiry)."""
 
 
 def _graph_thread(thread_id: str) -> Any:
@@ -119,7 +124,7 @@ def delete_thread(*, thread_id: str, by: str | None = None, door: str = "python"
     False when there was no such thread."""
     from criogen.services.runs import cancel_active_runs
 
-    cancel_active_runs(thread_id, by=by or door)
+    cancel_active_runs(thread_id, by=by or door, door=door)
     _wait_released(thread_id)
     head = storage().head(thread_id)
     event = AuditRecord(
@@ -144,6 +149,95 @@ def _wait_released(thread_id: str, timeout: float = 10.0) -> None:
             return
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
+
+
+def copy_thread(
+    *, thread_id: str, owner: Any = None, by: str | None = None, door: str = "python"
+) -> str:
+    """A new thread (new UUID) with the same metadata and the whole history; returns
+    its id. ``owner`` (a user) owns the copy, else the source's owner does.
+
+    Checkpoints get new ids (their parent links follow); state values are copied as
+    stored, so the copy costs what the original does. One ``copy`` audit event, on
+    the new thread, naming the source.
+    """
+    check_door(door)
+    source = Thread.objects.filter(pk=thread_id).first()
+    if source is None:
+        raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
+    new_id = str(uuid.uuid4())
+    with transaction.atomic():
+        copy = Thread(
+            id=new_id,
+            metadata={
+                **(source.metadata or {}),
+                **({"owner": by} if owner is not None and by else {}),
+            },
+            owner=owner if owner is not None else source.owner,
+            head_version=source.head_version,
+            head_status=source.head_status,
+            ttl_minutes=source.ttl_minutes,
+            ttl_strategy=source.ttl_strategy,
+            expires_at=source.expires_at,
+        )
+        rows = list(Checkpoint.objects.filter(thread_id=thread_id).order_by("version"))
+        ids = {row.id: str(uuid.uuid4()) for row in rows}
+        copy.head_id = ids.get(source.head_id, "")
+        copy.save(force_insert=True)
+        Checkpoint.objects.bulk_create(
+            Checkpoint(
+                id=ids[row.id],
+                thread_id=new_id,
+                version=row.version,
+                run_id=row.run_id,
+                source=row.source,
+                status=row.status,
+                parent_id=ids.get(row.parent_id or "", row.parent_id),
+                created_at=row.created_at,
+                body=row.body,
+            )
+            for row in rows
+        )
+        Value.objects.bulk_create(
+            Value(
+                thread_id=new_id,
+                state_key=v.state_key,
+                version=v.version,
+                kind=v.kind,
+                prev=v.prev,
+                data=v.data,
+            )
+            for v in Value.objects.filter(thread_id=thread_id).iterator()
+        )
+        storage().record_audit(
+            "copy",
+            thread_id=new_id,
+            actor=by,
+            door=door,
+            details={"from": thread_id},
+            after=copy.head_id or None,
+        )
+    return new_id
+
+
+def prune_thread(
+    *, thread_id: str, strategy: str, by: str | None = None, door: str = "python"
+) -> str | None:
+    """Apply a TTL ``strategy`` to one thread now: ``"deleted"`` (the thread is
+    deleted, audited as ``delete``) or ``"pruned"`` (its history compacted to the head,
+    audited as ``prune``); None when it was skipped because a run is active."""
+    if strategy not in TTL_STRATEGIES:
+        raise InvalidArgument(
+            f"strategy is {strategy!r}; use 'delete' or 'keep_latest'.", field="strategy"
+        )
+    check_door(door)
+    if Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).exists():
+        return None  # never expire a thread mid-run: a later sweep picks it up
+    if strategy == "delete":
+        return "deleted" if delete_thread(thread_id=thread_id, by=by, door=door) else None
+    row = Thread.objects.filter(pk=thread_id).values_list("ttl_minutes", flat=True).first()
+    pruned = compact_thread(thread_id=thread_id, rearm_minutes=row, by=by, door=door)
+    return "pruned" if pruned else None
 
 
 def _touch(thread_id: str) -> None:
@@ -185,7 +279,13 @@ def sweep_threads(*, now: datetime | None = None, limit: int = 500) -> dict[str,
     for thread_id, strategy, minutes in list(due):
         try:
             if strategy == "keep_latest":
-                if compact_thread(thread_id=thread_id, rearm_minutes=minutes, now=now):
+                if compact_thread(
+                    thread_id=thread_id,
+                    rearm_minutes=minutes,
+                    now=now,
+                    by=SYSTEM,
+                    door="deadline",
+                ):
                     pruned += 1
             elif _delete_expired(thread_id, now):
                 deleted += 1
@@ -211,15 +311,29 @@ def _delete_expired(thread_id: str, now: datetime) -> bool:
             return False
         # The ORM cascade removes runs, checkpoints and values with the thread.
         thread.delete()
+        storage().record_audit(
+            "delete",
+            thread_id=thread_id,
+            actor=SYSTEM,
+            door="deadline",
+            details={"reason": "ttl"},
+            before=thread.head_id or None,
+        )
     logger.info("TTL: deleted thread %r", thread_id)
     return True
 
 
 def compact_thread(
-    *, thread_id: str, rearm_minutes: int | None = None, now: datetime | None = None
+    *,
+    thread_id: str,
+    rearm_minutes: int | None = None,
+    now: datetime | None = None,
+    by: str | None = None,
+    door: str = "python",
 ) -> bool:
     """Delete every checkpoint of the thread but its head, and the stored values the head
-    does not read; re-arm the TTL for ``rearm_minutes``. False if the thread is busy."""
+    does not read; re-arm the TTL for ``rearm_minutes``; one ``prune`` audit event.
+    False if the thread is busy."""
     now = now or timezone.now()
     store = storage()
     with transaction.atomic():
@@ -240,6 +354,15 @@ def compact_thread(
             Value.objects.filter(pk__in=stale).delete()
         thread.expires_at = now + timedelta(minutes=rearm_minutes) if rearm_minutes else None
         thread.save(update_fields=["expires_at"])
+        store.record_audit(
+            "prune",
+            thread_id=thread_id,
+            actor=by,
+            door=check_door(door),
+            details={"kept": head.id if head is not None else None},
+            before=head.id if head is not None else None,
+            after=head.id if head is not None else None,
+        )
     logger.info("TTL: compacted thread %r to its head", thread_id)
     return True
 

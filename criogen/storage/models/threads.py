@@ -25,7 +25,8 @@ HEAD_STATUSES = [
     ("failed", "failed"),
 ]
 SOURCES = [(s, s) for s in ("input", "step", "suspend", "failure", "fork")]
-TTL_STRATEGIES = [("delete", "delete"), ("keep_latest", "keep latest")]
+TTL_STRATEGIES = ("delete", "keep_latest")
+"""What a thread's expiry does: delete it, or compact its history to the head."""
 
 
 class PostgresGinIndex(GinIndex):
@@ -71,7 +72,10 @@ class Thread(models.Model):
     # SQL that does not name these columns.
     ttl_minutes = models.PositiveIntegerField(null=True, blank=True)
     ttl_strategy = models.CharField(
-        max_length=16, choices=TTL_STRATEGIES, default="delete", db_default="delete"
+        max_length=16,
+        choices=[(name, name.replace("_", " ")) for name in TTL_STRATEGIES],
+        default="delete",
+        db_default="delete",
     )
     expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
 

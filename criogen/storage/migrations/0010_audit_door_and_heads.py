@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('criogen', '0008_inbox_assistant_indexes'),
+        ('criogen', '0009_memory_subject_digest'),
     ]
 
     operations = [

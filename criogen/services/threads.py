@@ -171,7 +171,7 @@ def copy_thread(
             id=new_id,
             metadata={
                 **(source.metadata or {}),
-                **({"owner": by} if owner is not None and by else {}),
+                **({"owner": owner.get_username()} if owner is not None else {}),
             },
             owner=owner if owner is not None else source.owner,
             head_version=source.head_version,

@@ -530,7 +530,7 @@ def time_reads(fn: Callable[[], Any], *, seconds: float = 0.5, at_least: int = 2
 
 def growth(backend: Backend, steps: tuple[int, ...] = GROWTH_STEPS) -> dict[str, Any]:
     """Grow one thread to max(steps) steps; bytes per checkpoint and head reads at each."""
-    from criogen.storage.base import encode
+    from criogen.engine.store import encode
 
     storage = backend.storage
     longest = max(steps)

@@ -12,6 +12,7 @@ from criogen.engine.agents import Agent, AgentThread, Reply
 from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.errors import CriogenError
 from criogen.engine.memory import Collection, Memory
+from criogen.engine.store import Storage
 from criogen.engine.tools import tool
 from criogen.engine.workflows import (
     END,
@@ -23,7 +24,6 @@ from criogen.engine.workflows import (
     WorkflowThread,
     suspend,
 )
-from criogen.storage.base import Storage
 
 __version__ = "0.1.0"
 

@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from criogen.engine.errors import CriogenError
-from criogen.storage.base import Storage
+from criogen.engine.store import Storage
 
 __all__ = ["GraphNotFound", "get_graph", "graph_ids", "reset", "storage"]
 

@@ -177,7 +177,7 @@ def thread_heads(threads: Iterable[Thread]) -> dict[str, Checkpoint]:
 
     A page of search results needs twenty heads; read one by one that is forty queries
     (the checkpoint, then its values), and their round trips were most of the page's
-    time. The ORM storage reads them in two (:meth:`~criogen.storage.base.Storage.heads`).
+    time. The ORM storage reads them in two (:meth:`~criogen.engine.store.Storage.heads`).
     """
     from criogen.registry import storage
 

@@ -15,7 +15,7 @@ def test_it_imports_the_engine_without_django_settings() -> None:
     code = (
         "import sys\n"
         "from criogen import Workflow, Storage, START, END, suspend\n"
-        "import criogen.engine, criogen.storage.memory\n"
+        "import criogen.engine, criogen.engine.memory_store\n"
         "from criogen.engine.errors import ThreadSuspended, ThreadInterrupted, ThreadBusy\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('django', 'channels', 'celery', 'ninja'))\n"

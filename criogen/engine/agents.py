@@ -282,7 +282,7 @@ class Agent:
             "after_tool": _hooks(after_tool, "after_tool"),
         }
         if storage is None:
-            from criogen.storage.memory import MemoryStorage
+            from criogen.engine.memory_store import MemoryStorage
 
             storage = MemoryStorage()
         self.storage = storage
@@ -890,7 +890,7 @@ class _Turn:
             when = utcnow()
             reason = interrupt.get("reason", "approval")
             records = []
-            from criogen.storage.base import DecisionRecord
+            from criogen.engine.store import DecisionRecord
 
             for cid, d in chosen.items():
                 call = calls_by_id[cid]
@@ -1226,7 +1226,7 @@ class _Turn:
         key = build_idempotency_key(thread_id=self.thread.id, checkpoint_id=anchor, call_id=cid)
         ledgered = self._gated(call, state, tasks) or not tool.idempotent
         if ledgered:
-            from criogen.storage.base import EffectRecord
+            from criogen.engine.store import EffectRecord
 
             existing = self.storage.begin_effect(
                 EffectRecord(

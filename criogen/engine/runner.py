@@ -40,7 +40,7 @@ from criogen.engine.errors import InvalidArgument, LeaseLost, ThreadBusy
 from criogen.engine.state import Delta, compose
 
 if TYPE_CHECKING:
-    from criogen.storage.base import Storage
+    from criogen.engine.store import Storage
 
 __all__ = ["DURABILITIES", "ActiveRun", "Durability", "OnBusy", "check_durability"]
 

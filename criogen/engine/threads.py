@@ -123,7 +123,7 @@ class ThreadBase:
     ) -> Any:
         """The audit event of ``action`` (the write that carries it fills in the
         checkpoints before and after)."""
-        from criogen.storage.base import AuditRecord
+        from criogen.engine.store import AuditRecord
 
         return AuditRecord(action, self.id, by, dict(details), door=check_door(door))
 

@@ -269,7 +269,7 @@ class Workflow:
                 bound = f"more than {low}" if strict else f"at least {low}"
                 raise InvalidArgument(f"{name} is {value!r}; use {bound}.", field=name)
         if storage is None:
-            from criogen.storage.memory import MemoryStorage
+            from criogen.engine.memory_store import MemoryStorage
 
             storage = MemoryStorage()
         return CompiledWorkflow(

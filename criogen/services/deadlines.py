@@ -39,8 +39,8 @@ from django.utils import timezone
 from criogen.engine.checkpoints import new_id
 from criogen.engine.errors import CriogenError
 from criogen.engine.runner import ActiveRun
+from criogen.engine.store import AuditRecord
 from criogen.registry import storage
-from criogen.storage.base import AuditRecord
 from criogen.storage.models import DeadlineFiring, Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 

@@ -24,9 +24,9 @@ from django.utils import timezone
 
 from criogen.engine.checkpoints import Checkpoint as CheckpointData
 from criogen.engine.errors import InvalidArgument, ThreadBusy, ThreadNotFound
+from criogen.engine.store import AuditRecord
 from criogen.engine.threads import check_door
 from criogen.registry import get_graph, storage
-from criogen.storage.base import AuditRecord
 from criogen.storage.models import Checkpoint, Run, Thread, Value
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 from criogen.storage.models.threads import TTL_STRATEGIES

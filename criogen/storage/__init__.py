@@ -6,6 +6,6 @@ checkpoints and runs; importing it does not import Django.
 
 from __future__ import annotations
 
-from criogen.storage.base import Storage
+from criogen.engine.store import Storage
 
 __all__ = ["Storage"]

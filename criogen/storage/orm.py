@@ -43,7 +43,7 @@ from criogen.engine.checkpoints import (
 )
 from criogen.engine.crypto import open_without_key
 from criogen.engine.errors import AlreadyDecided, CheckpointNotFound, LeaseLost, StorageError
-from criogen.storage.base import (
+from criogen.engine.store import (
     AuditRecord,
     DecisionRecord,
     DocumentRecord,
@@ -1002,7 +1002,7 @@ class OrmStorage(Storage):
     def search_documents(
         self, collection: str, query: str, *, limit: int = 5
     ) -> list[DocumentRecord]:
-        from criogen.storage.memory import rank_by_words
+        from criogen.engine.memory_store import rank_by_words
 
         if self.cipher is not None:
             # The database cannot index ciphertext: decrypt and rank here.

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from criogen.engine.checkpoints import Checkpoint, CheckpointId, CheckpointWrite, ThreadId
 from criogen.engine.errors import InvalidState
 from criogen.engine.state import Delta, apply_update, compose, encode
-from criogen.storage.base import ValueRow, build_state, value_rows_for
+from criogen.engine.store import ValueRow, build_state, value_rows_for
 
 REDUCERS = {"log": "append", "items": "append"}
 KEYS = ["a", "b", "log", "items"]

@@ -13,7 +13,7 @@ from criogen import Storage
 from criogen.engine.checkpoints import Checkpoint, CheckpointId, CheckpointWrite, ThreadId, new_id
 from criogen.engine.errors import AlreadyDecided, StorageError
 from criogen.engine.state import Change
-from criogen.storage.base import DecisionRecord, EffectRecord
+from criogen.engine.store import DecisionRecord, EffectRecord
 
 
 def checkpoint_write(thread_id: str, version: int, state: dict[str, Any]) -> CheckpointWrite:

@@ -14,7 +14,7 @@ import pytest
 
 from criogen import START, Storage, Workflow
 from criogen.engine.errors import UnknownStorageUrl
-from criogen.storage.memory import MemoryStorage
+from criogen.engine.memory_store import MemoryStorage
 from criogen.storage.setup import database_config, redact
 
 

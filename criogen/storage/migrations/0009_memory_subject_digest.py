@@ -15,6 +15,7 @@ were sealed with) and drops the digest.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -31,44 +32,49 @@ def _cipher() -> Cipher | None:
     return Cipher(key) if key else None
 
 
+def _pages(model: Any, alias: str) -> Iterator[list[Any]]:
+    """The facts in pages of 500 by id (keyset: safe to update the page just read)."""
+    last = ""
+    while True:
+        page = list(
+            model.objects.using(alias)
+            .only("id", "subject")
+            .filter(id__gt=last)
+            .order_by("id")[:500]
+        )
+        if not page:
+            return
+        yield page
+        last = page[-1].id
+
+
 def seal_subjects(apps: Any, schema_editor: Any) -> None:
     MemoryFact = apps.get_model("criogen", "MemoryFact")
     alias = schema_editor.connection.alias
     cipher = _cipher()
     digest_key = lookup_keys(cipher, PURPOSE)[0]
-    batch = []
-    for fact in MemoryFact.objects.using(alias).only("id", "subject").iterator(chunk_size=500):
-        subject = fact.subject
-        if is_sealed(subject):  # already sealed: it needs its own key to be opened
-            subject = cipher.open(subject) if cipher is not None else open_without_key(subject)
-        fact.subject = cipher.seal(subject) if cipher is not None else subject
-        fact.subject_digest = digest_key.digest(subject)
-        batch.append(fact)
-        if len(batch) >= 500:
-            MemoryFact.objects.using(alias).bulk_update(batch, ["subject", "subject_digest"])
-            batch = []
-    if batch:
-        MemoryFact.objects.using(alias).bulk_update(batch, ["subject", "subject_digest"])
+    for page in _pages(MemoryFact, alias):
+        for fact in page:
+            subject = fact.subject
+            if is_sealed(subject):  # not expected before this migration, but be safe
+                subject = cipher.open(subject) if cipher is not None else open_without_key(subject)
+            fact.subject = cipher.seal(subject) if cipher is not None else subject
+            fact.subject_digest = digest_key.digest(subject)
+        MemoryFact.objects.using(alias).bulk_update(page, ["subject", "subject_digest"])
 
 
 def open_subjects(apps: Any, schema_editor: Any) -> None:
     MemoryFact = apps.get_model("criogen", "MemoryFact")
     alias = schema_editor.connection.alias
     cipher = _cipher()
-    batch = []
-    for fact in MemoryFact.objects.using(alias).only("id", "subject").iterator(chunk_size=500):
-        if not is_sealed(fact.subject):
-            continue
-        # Raises EncryptionKeyInvalid (and rolls the reversal back) without the key.
-        fact.subject = (
-            cipher.open(fact.subject) if cipher is not None else open_without_key(fact.subject)
-        )
-        batch.append(fact)
-        if len(batch) >= 500:
-            MemoryFact.objects.using(alias).bulk_update(batch, ["subject"])
-            batch = []
-    if batch:
-        MemoryFact.objects.using(alias).bulk_update(batch, ["subject"])
+    for page in _pages(MemoryFact, alias):
+        sealed = [fact for fact in page if is_sealed(fact.subject)]
+        for fact in sealed:
+            # Raises EncryptionKeyInvalid (and rolls the reversal back) without the key.
+            fact.subject = (
+                cipher.open(fact.subject) if cipher is not None else open_without_key(fact.subject)
+            )
+        MemoryFact.objects.using(alias).bulk_update(sealed, ["subject"])
 
 
 class Migration(migrations.Migration):

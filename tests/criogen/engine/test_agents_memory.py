@@ -116,6 +116,27 @@ def test_encryption_keys_are_checked_and_rotate() -> None:
     assert Cipher(new).open('{"plain": 1}') == '{"plain": 1}'  # written before encryption
 
 
+def test_lookup_digests_are_keyed_per_key_and_purpose() -> None:
+    from criogen.engine.crypto import lookup_keys
+
+    old, new = generate_key(), generate_key()
+    rotated = lookup_keys(Cipher(f"{new},{old}"), "memory subject")
+    # Every listed key, first one first, then the fixed key used without encryption.
+    assert [k.id for k in rotated] == [
+        lookup_keys(Cipher(new), "memory subject")[0].id,
+        lookup_keys(Cipher(old), "memory subject")[0].id,
+        lookup_keys(None, "memory subject")[0].id,
+    ]
+    digests = [k.digest("42") for k in rotated]
+    assert len(set(digests)) == 3 and all(len(d) == 72 for d in digests)
+    assert all(
+        d.startswith(k.id) and int(d, 16) >= 0 for d, k in zip(digests, rotated, strict=True)
+    )
+    assert lookup_keys(Cipher(old), "memory subject")[0].digest("42") == digests[1]  # stable
+    assert lookup_keys(Cipher(old), "other purpose")[0].digest("42") != digests[1]
+    assert rotated[0].digest("43") != digests[0]
+
+
 SECRET = "Zanzibar-4711"
 
 

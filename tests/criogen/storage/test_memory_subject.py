@@ -175,6 +175,17 @@ def own_url(backend: str, tmp_path: Path, django_db_blocker: Any) -> Iterator[st
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def sealing_migration() -> tuple[str, str]:
+    """(the migration before it, the migration that seals subjects), found by name so
+    that renumbering the migrations does not break the test."""
+    from django.db.migrations.loader import MigrationLoader
+
+    disk = MigrationLoader(None, ignore_no_migrations=True).disk_migrations
+    name = next(n for app, n in disk if app == "criogen" and n.endswith("_memory_subject_digest"))
+    before = next(n for app, n in disk[("criogen", name)].dependencies if app == "criogen")
+    return before, name
+
+
 def migrate(storage: Storage, target: str) -> None:
     from django.core.management import call_command
 
@@ -190,19 +201,27 @@ def test_the_migration_seals_and_digests_existing_subjects(
     monkeypatch.delenv("CRIOGEN_ENCRYPTION_KEY", raising=False)
     settings.CRIOGEN_ENCRYPTION_KEY = None
     key = generate_key()
+    before, sealing = sealing_migration()
     storage = Storage(own_url, encryption_key=key)
-    migrate(storage, "0008_inbox_assistant_indexes")
+    migrate(storage, before)
     people = [f"person-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    insert = (
+        "INSERT INTO criogen_memory_fact (id, namespace, subject, text, created_at, "
+        "updated_at) VALUES (%s, %s, %s, %s, %s, %s)"
+    )
     with connections[storage.alias].cursor() as cur:  # type: ignore[attr-defined]
         for n, person in enumerate(people * 2):
-            cur.execute(
-                "INSERT INTO criogen_memory_fact (id, namespace, subject, text, created_at, "
-                "updated_at) VALUES (%s, %s, %s, %s, %s, %s)",
-                [str(uuid.uuid4()), "user_id", person, f"fact {n}", f"2025-01-01 00:00:0{n}"]
-                + [f"2025-01-01 00:00:0{n}"],
-            )
+            at = f"2025-01-01 00:00:0{n}"
+            cur.execute(insert, [str(uuid.uuid4()), "user_id", person, f"fact {n}", at, at])
+        # More facts than one page of the migration (it works through them by id).
+        at = "2025-01-02 00:00:00"
+        filler = [(str(uuid.uuid4()), "filler", f"f-{n}", "x", at, at) for n in range(1200)]
+        cur.executemany(insert, filler)
     settings.CRIOGEN_ENCRYPTION_KEY = key
-    migrate(storage, "0009_memory_subject_digest")
+    migrate(storage, sealing)
+    filled = raw_rows(storage, "filler")
+    assert len(filled) == 1200 and all(r["subject"].startswith("gAAAAA") for r in filled)
+    assert [f.subject for f in storage.facts("filler", "f-700")] == ["f-700"]
     rows = raw_rows(storage, "user_id")
     assert len(rows) == 6
     for row in rows:
@@ -211,12 +230,12 @@ def test_the_migration_seals_and_digests_existing_subjects(
     for n, person in enumerate(people):
         assert [f.text for f in storage.facts("user_id", person)] == [f"fact {n}", f"fact {n + 3}"]
     # Reversed, the subjects are in clear again (the key is needed to open them)...
-    migrate(storage, "0008_inbox_assistant_indexes")
+    migrate(storage, before)
     assert sorted(r["subject"] for r in raw_rows(storage, "user_id")) == sorted(people * 2)
     # ...and without a key the forward migration keeps them in clear, with the
     # no-key digest, found all the same.
     settings.CRIOGEN_ENCRYPTION_KEY = None
-    migrate(storage, "0009_memory_subject_digest")
+    migrate(storage, sealing)
     plain = Storage(own_url, encryption_key=False)
     assert {r["subject"] for r in raw_rows(plain, "user_id")} == set(people)
     assert [f.text for f in plain.facts("user_id", people[0])] == ["fact 0", "fact 3"]

@@ -1,0 +1,125 @@
+"""The REST API's verbs are audited once, with the token's owner as the actor and
+``api`` as the door — for workflows as for agents, on SQLite and PostgreSQL — and the
+dashboard's audit log shows them."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.conftest import Server, _manage
+
+PASSWORD = "audit-page-Pa55word"
+
+
+def _events(server: Server, thread_id: str) -> list[dict[str, Any]]:
+    """The thread's audit events, read from the server's own database, oldest first."""
+    code = (
+        "import json\n"
+        "from criogen.storage.models import AuditEvent\n"
+        f"qs = AuditEvent.objects.filter(thread_id={thread_id!r}).order_by('pk')\n"
+        "print('EVENTS=' + json.dumps([[e.action, e.actor, e.door, e.before, e.after]"
+        " for e in qs]))\n"
+    )
+    out = _manage(server.env, "shell", "-c", code)
+    rows = json.loads(out.split("EVENTS=", 1)[1].strip())
+    return [dict(zip(("action", "actor", "door", "before", "after"), r, strict=True)) for r in rows]
+
+
+def _audit_page(server: Server, thread_id: str) -> str:
+    """The dashboard's audit log for ``thread_id``, as olga (an operator) sees it."""
+    _manage(
+        server.env,
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import User\n"
+        "u = User.objects.get(username='olga')\n"
+        f"u.set_password({PASSWORD!r}); u.save()\n",
+    )
+    with httpx.Client(base_url=server.url, timeout=30, follow_redirects=True) as web:
+        form = web.get("/accounts/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+        assert token, form.text[:500]
+        signed_in = web.post(
+            "/accounts/login/",
+            data={
+                "username": "olga",
+                "password": PASSWORD,
+                "csrfmiddlewaretoken": token.group(1),
+                "next": "/ui/",
+            },
+            headers={"Referer": server.url + "/accounts/login/"},
+        )
+        assert signed_in.status_code == 200
+        page = web.get("/ui/audit/", params={"thread": thread_id})
+        assert page.status_code == 200
+        return page.text
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_server(request: pytest.FixtureRequest) -> Server:
+    name = "server" if request.param == "sqlite" else "pg_server"
+    if request.param == "postgres":
+        request.applymarker(pytest.mark.postgres)
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def alice(any_server: Server) -> Iterator[Any]:
+    """alice's sync SDK client on the server."""
+    client = any_server.sync_client("alice")
+    yield client
+    client.close()
+
+
+def test_resume_update_state_and_delete_of_a_workflow_are_audited_as_the_token_owner(
+    any_server: Server, alice: Any
+) -> None:
+    client = alice
+    tid = client.threads.create()["thread_id"]
+    waiting = client.runs.wait(tid, "hitl", input={"n": 0})
+    assert "__interrupt__" in waiting
+    suspended = client.threads.get_state(tid)["checkpoint"]["checkpoint_id"]
+
+    final = client.runs.wait(tid, "hitl", command={"resume": "ok"})
+    assert final["answer"] == "ok"
+    client.threads.update_state(tid, {"n": 5}, as_node="ask")
+    head = client.threads.get_state(tid)["checkpoint"]["checkpoint_id"]
+    page = _audit_page(any_server, tid)
+    client.threads.delete(tid)
+
+    events = _events(any_server, tid)
+    assert [(e["action"], e["actor"], e["door"]) for e in events] == [
+        ("resume", "alice", "api"),
+        ("update_state", "alice", "api"),
+        ("delete", "alice", "api"),
+    ]
+    assert events[0]["before"] == suspended
+    assert events[1]["after"] == head
+    assert events[2]["before"] == head
+    # The operator's audit page names the token's owner and the door for each.
+    for action in ("resume", "update_state"):
+        assert re.search(rf"<td>alice</td><td><code>{action}</code></td><td>api</td>", page), page[
+            -3000:
+        ]
+
+
+def test_a_second_resume_of_the_same_suspension_is_already_decided(
+    any_server: Server, alice: Any
+) -> None:
+    client = alice
+    tid = client.threads.create()["thread_id"]
+    client.runs.wait(tid, "hitl", input={"n": 0})
+    client.runs.wait(tid, "hitl", command={"resume": "first"})
+    with pytest.raises(httpx.HTTPStatusError) as caught:
+        client.runs.wait(tid, "hitl", command={"resume": "second"})
+    refused = caught.value.response
+    assert refused.status_code == 409
+    assert (refused.json()["code"], refused.json()["decided_by"]) == ("already_decided", "alice")
+    assert client.threads.get_state(tid)["values"]["answer"] == "first"
+    assert [e["action"] for e in _events(any_server, tid)] == ["resume"]

@@ -263,7 +263,7 @@ def test_bulk_decisions_report_each_item(
         "/ui/inbox/bulk/", {"reject": "", "reason": "fraud", "item": items}, **HX
     )
     html = response.content.decode()
-    assert html.lstrip().startswith('<div id="bulk-results">')
+    assert html.lstrip().startswith('<div id="bulk-results"')
     assert html.count("applied: Rejected") == 2
     assert "Already decided by olga" in html
     assert "A workflow waits for a value" in html
@@ -278,6 +278,38 @@ def test_bulk_rejection_needs_a_reason(as_operator: Client, waiting_agent) -> No
     )
     assert "Say why you reject it" in response.content.decode()
     assert resumes(a) == []
+
+
+@pytest.mark.parametrize("button", ["approve", "reject"])
+def test_a_bulk_decision_with_nothing_ticked_says_so(
+    as_operator: Client, waiting_agent, button: str
+) -> None:
+    a = waiting_agent()
+    response = as_operator.post("/ui/inbox/bulk/", {button: "", "reason": "no"}, **HX)
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="bulk-results"')
+    assert 'data-code="nothing_selected"' in html
+    assert f"Nothing is selected: tick the cards to {button} first" in html
+    assert "<table" not in html
+    assert resumes(a) == []
+    # Without htmx: back to the inbox, with the message.
+    page = as_operator.post("/ui/inbox/bulk/", {button: ""}, follow=True)
+    assert page.redirect_chain[-1][0] == "/ui/inbox/"
+    assert "Nothing is selected" in page.content.decode()
+
+
+def test_a_bulk_item_naming_no_thread_is_reported_without_a_link(
+    as_operator: Client, waiting_agent
+) -> None:
+    a = waiting_agent()
+    items = ["|", "no-such-thread|cp", f"{a.pk}|{a.head_id}"]
+    response = as_operator.post("/ui/inbox/bulk/", {"approve": "", "item": items}, **HX)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.count("No such thread.") == 2
+    assert f'href="/ui/threads/{a.pk}/"' in html and "applied: Approved" in html
+    assert 'href="/ui/threads//"' not in html
 
 
 def test_a_quick_approve_in_the_inbox_returns_the_list(as_operator: Client, waiting_agent) -> None:

@@ -102,6 +102,10 @@ class WaitingCall:
     args_schema: dict[str, Any] | None = None
     typed: str = ""
     """Arguments as the operator typed them (shown again when the form is refused)."""
+    typed_decision: str = ""
+    """The per-call decision the operator chose (kept when the form is refused)."""
+    typed_reason: str = ""
+    """The per-call rejection reason the operator typed (kept when the form is refused)."""
     digest: str = ""
     """SHA-256 of the call's arguments as the operator saw them (sent with the decision,
     so a decision made for other arguments fails closed)."""

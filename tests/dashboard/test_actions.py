@@ -73,6 +73,50 @@ def test_a_rejection_needs_a_reason(as_operator: Client, waiting_agent) -> None:
     assert resumes(t) == []
 
 
+def test_a_refused_reason_is_given_back_as_typed(as_operator: Client, waiting_agent) -> None:
+    t = waiting_agent()
+    typed = "too <long> " * 200
+    response = act(as_operator, t, "reject", reason=typed)
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert "The reason is too long (at most 2000 characters)." in html
+    assert f'name="reason" value="{escape(typed)}"' in html
+    assert resumes(t) == []
+
+
+def test_a_refused_per_call_decision_keeps_the_choices(as_operator: Client, waiting_agent) -> None:
+    t = waiting_agent(text="refund order 1 of 5 EUR and order 2 of 900 EUR")
+    response = act(
+        as_operator,
+        t,
+        "decide",
+        **{"decision-0": "approve", "decision-1": "reject", "reason-1": "x" * 2001},
+    )
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert 'name="reason-1" value="' + "x" * 2001 + '"' in html
+    assert re.search(r'name="decision-1" value="reject"\s+checked', html)
+    assert not re.search(r'name="decision-1" value="approve"\s+checked', html)
+
+
+def test_a_refused_reason_in_an_inbox_card_swaps_nothing(
+    as_operator: Client, waiting_agent
+) -> None:
+    t = waiting_agent()
+    response = as_operator.post(
+        f"/ui/threads/{t.pk}/act/",
+        {"reject": "", "reason": "x" * 2001, "expected": t.head_id, "from": "inbox"},
+        HTTP_HX_CURRENT_URL="http://testserver/ui/inbox/",
+        **HX,
+    )
+    # Plain text: criogen.js shows it next to the card's form and swaps nothing, so
+    # the card keeps the reason as typed.
+    assert response.status_code == 422
+    assert response["Content-Type"].startswith("text/plain")
+    assert response.content.decode() == "The reason is too long (at most 2000 characters)."
+    assert resumes(t) == []
+
+
 def test_it_approves_edited_arguments(as_operator: Client, waiting_agent) -> None:
     t = waiting_agent()
     response = act(as_operator, t, "edit", **{"args-0": '{"order_id": "42", "amount": 5}'})

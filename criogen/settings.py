@@ -95,6 +95,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # An htmx request whose session expired gets a full-page sign-in (HX-Redirect).
+    "dashboard.middleware.HtmxLoginRedirectMiddleware",
 ]
 
 ROOT_URLCONF = "criogen.urls"
@@ -156,6 +158,9 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
+# Sign-out (the dashboard's, and the admin's) lands on the sign-in page with a message,
+# not on the admin's "Logged out" page.
+LOGOUT_REDIRECT_URL = LOGIN_URL
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

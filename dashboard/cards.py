@@ -22,7 +22,7 @@ from typing import Any
 from django.template.loader import render_to_string
 from django.urls import get_script_prefix
 from django.utils import timezone
-from django.utils.html import escape, format_html
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from dashboard.data import InboxItem
@@ -47,7 +47,7 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any) -> SafeString
     """The card of ``item`` as ``dashboard/inbox.html#inbox-card`` renders it, for a
     viewer who may act (``can_act``) with ``csrf_token`` (as the ``{% csrf_token %}``
     tag would print it: nothing when absent)."""
-    from dashboard.templatetags.criogen_ui import age
+    from dashboard.templatetags.criogen_ui import waiting_age
 
     owner = item.thread.owner.get_username() if item.thread.owner_id else ""
     key = (
@@ -75,7 +75,7 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any) -> SafeString
     field = ""
     if token and token != "NOTPROVIDED":  # noqa: S105 - Django's sentinel, not a secret
         field = format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', token)
-    html = html.replace(_AGE, escape(age(item.waiting_since))).replace(_CSRF, field)
+    html = html.replace(_AGE, waiting_age(item)).replace(_CSRF, field)
     return mark_safe(html)  # noqa: S308 - rendered by the template; the fills are escaped
 
 

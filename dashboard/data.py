@@ -102,6 +102,10 @@ class WaitingCall:
     args_schema: dict[str, Any] | None = None
     typed: str = ""
     """Arguments as the operator typed them (shown again when the form is refused)."""
+    typed_decision: str = ""
+    """The per-call decision the operator chose (kept when the form is refused)."""
+    typed_reason: str = ""
+    """The per-call rejection reason the operator typed (kept when the form is refused)."""
     digest: str = ""
     """SHA-256 of the call's arguments as the operator saw them (sent with the decision,
     so a decision made for other arguments fails closed)."""
@@ -353,16 +357,17 @@ class ThreadFilters:
     q: str = ""
     """A thread id (or part of one)."""
     status: str = ""
+    """One of :data:`STATUSES`; anything else is kept as typed and refused by
+    :func:`threads_page` (a search for ``?status=nope`` must not list every thread)."""
     assistant: str = ""
     metadata: str = ""
     """``key=value`` (exact match on a top-level metadata key)."""
 
     @classmethod
     def from_query(cls, query: Any) -> ThreadFilters:
-        status = str(query.get("status") or "").strip()
         return cls(
             q=str(query.get("q") or "").strip(),
-            status=status if status in STATUSES else "",
+            status=str(query.get("status") or "").strip(),
             assistant=str(query.get("assistant") or "").strip(),
             metadata=str(query.get("metadata") or "").strip(),
         )
@@ -401,11 +406,16 @@ def threads_page(
     does and no COUNT over 100,000 rows is run.
 
     Raises:
-        BadFilter: a malformed ``metadata`` search or cursor.
+        BadFilter: an unknown ``status``, a malformed ``metadata`` search or cursor.
     """
     qs = visible_threads(user)
     if filters.q:
         qs = qs.filter(id__icontains=filters.q)
+    if filters.status and filters.status not in STATUSES:
+        raise BadFilter(
+            "status",
+            f"{filters.status!r} is not a status: use one of {', '.join(STATUSES)}.",
+        )
     if filters.status:
         qs = qs.filter(head_status=filters.status)
     if filters.assistant:

@@ -9,6 +9,7 @@ from dashboard.converters import THREAD  # noqa: F401 - registers <thread:…>
 
 app_name = "dashboard"
 urlpatterns = [
+    path("favicon.ico", views.favicon, name="favicon"),
     path("ui/", views.home, name="home"),
     path("ui/inbox/", views.inbox, name="inbox"),
     path("ui/inbox/bulk/", views.inbox_bulk, name="inbox_bulk"),

@@ -113,6 +113,69 @@ def age(value: datetime | timedelta | None) -> str:
     return f"{days}d {hours}h"
 
 
+LATE_AFTER = timedelta(hours=1)
+"""A wait is shown in the warning colour once it is this old, unless the suspension
+names its own ``deadline`` or ``remind`` time (then from the first of those)."""
+
+
+def age_element(since: datetime | None, *, late_at: datetime | None = None) -> SafeString:
+    """``since`` as a ticking age: ``<time class="age" data-age="42">42s</time>``.
+
+    ``data-age`` is the age in seconds when the server rendered it; ``criogen.js``
+    counts on from there with the browser's clock (so a server whose clock differs
+    from the browser's shows the same ages), and re-formats it as :func:`age` does.
+    With ``late_at``, the element carries ``data-late-at`` (the age, in seconds, from
+    which the wait is late) and the class ``late`` once it is: the warning colour.
+    """
+    if since is None:
+        return mark_safe("")  # noqa: S308 - empty
+    seconds = max(0, int((timezone.now() - since).total_seconds()))
+    late = ""
+    classes = "age"
+    if late_at is not None:
+        late_after = max(0, int((late_at - since).total_seconds()))
+        late = format_html(' data-late-at="{}"', late_after)
+        if seconds >= late_after:
+            classes += " late"
+    return format_html(
+        '<time class="{}" datetime="{}" data-age="{}"{}>{}</time>',
+        classes,
+        since.isoformat(),
+        seconds,
+        late,
+        age(since),
+    )
+
+
+@register.filter
+def live_age(since: datetime | None) -> SafeString:
+    """How long ago ``since`` was, ticking in the browser (see :func:`age_element`)."""
+    return age_element(since)
+
+
+@register.filter
+def waiting_age(item: Any) -> SafeString:
+    """How long an :class:`~dashboard.data.InboxItem` has waited, ticking, in the
+    warning colour once late (see :data:`LATE_AFTER`)."""
+    return age_element(item.waiting_since, late_at=late_at(item))
+
+
+def late_at(item: Any) -> datetime:
+    """When the wait of ``item`` becomes late: the first ``deadline`` or ``remind``
+    its interrupts name, else :data:`LATE_AFTER` after it began."""
+    from criogen.services.deadlines import parse_when
+
+    since: datetime = item.waiting_since
+    moments = [
+        moment
+        for interrupt in item.interrupts or []
+        if isinstance(interrupt, dict)
+        for key in ("deadline", "remind")
+        if (moment := parse_when(interrupt.get(key), since)) is not None
+    ]
+    return min(moments) if moments else since + LATE_AFTER
+
+
 @register.simple_tag(takes_context=True)
 def inbox_count(context: template.Context) -> int:
     """How many suspended threads the signed-in user may see (one COUNT query)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dashboard.views.audit import audit
 from dashboard.views.inbox import inbox, inbox_bulk
+from dashboard.views.site import favicon
 from dashboard.views.threads import (
     checkpoint,
     home,
@@ -16,6 +17,7 @@ from dashboard.views.threads import (
 __all__ = [
     "audit",
     "checkpoint",
+    "favicon",
     "home",
     "inbox",
     "inbox_bulk",

@@ -18,6 +18,7 @@ from dashboard.data import (
     describe_interrupts,
     inbox_assistants,
     inbox_items,
+    thread_url,
     visible_threads,
 )
 from dashboard.forms import FormError, decisions_from
@@ -66,27 +67,40 @@ def inbox_bulk(request: HtmxHttpRequest) -> HttpResponse:
         "approve" if "approve" in request.POST else "reject" if "reject" in request.POST else ""
     )
     selected = request.POST.getlist("item")
-    error = ""
+    # A refusal of the whole request (nothing ticked, no button) is one message, not a
+    # row of the per-item table: that table links each row to its thread.
+    error = code = ""
     results: list[dict[str, Any]] = []
     if not button:
-        error = "Press Approve selected or Reject selected."
+        error, code = "Press Approve selected or Reject selected.", "no_button"
     elif not selected:
-        error = "Select at least one card first."
+        code = "nothing_selected"
+        error = f"Nothing is selected: tick the cards to {button} first, then press the button."
     else:
         ids = {s.partition("|")[0]: s.partition("|")[2] for s in selected[:200]}
         threads = {t.pk: t for t in visible_threads(request.user).filter(pk__in=list(ids))}
         for thread_id, expected in ids.items():
             thread = threads.get(thread_id)
             if thread is None:
+                # Only a thread that exists (and is visible) gets a link.
                 outcome = actions.Outcome(False, "No such thread.", "error", "thread_not_found")
+                url = ""
             else:
                 outcome = _decide_one(thread, expected, button, request)
-            results.append({"thread_id": thread_id, "outcome": outcome})
-    if error:
-        results = [{"thread_id": "", "outcome": actions.Outcome(False, error, "error", "invalid")}]
-    context = {"results": results, "bulk_action": button or "decision"}
+                url = thread_url(thread.pk)
+            results.append({"thread_id": thread_id, "url": url, "outcome": outcome})
+    context = {
+        "results": results,
+        "bulk_error": error,
+        "bulk_code": code,
+        "bulk_action": button or "decision",
+    }
     if request.htmx:
-        return render(request, "dashboard/inbox.html#bulk-results", context)
+        return render(
+            request, "dashboard/inbox.html#bulk-results", context, status=422 if error else 200
+        )
+    if error:
+        messages.error(request, error)
     for r in results:
         level = messages.SUCCESS if r["outcome"].ok else messages.WARNING
         messages.add_message(request, level, f"{r['thread_id']}: {r['outcome'].message}")

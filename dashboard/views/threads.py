@@ -237,6 +237,10 @@ def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
             return redirect("dashboard:inbox")
         return redirect("dashboard:thread", thread_id=t.pk)
     can_act = True
+    if request.POST.get("from") == "inbox" and form_error:
+        # Refused input in an inbox card: swap nothing, so the card keeps what was
+        # typed; criogen.js shows a plain-text 422 next to the form that sent it.
+        return HttpResponse(form_error.message, status=422, content_type="text/plain")
     if request.POST.get("from") == "inbox":
         from dashboard.views.inbox import inbox_context
 
@@ -262,6 +266,8 @@ def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
         # Give back what the operator typed, so fixing one field does not lose the rest.
         for call in context["waiting"].calls:
             call.typed = request.POST.get(f"args-{call.index}", "")
+            call.typed_decision = request.POST.get(f"decision-{call.index}", "")
+            call.typed_reason = request.POST.get(f"reason-{call.index}", "")
     context.update(timeline_context(t, before=None, selected_id=t.head_id))
     context.update(
         {
@@ -269,6 +275,7 @@ def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
             "form_error": form_error,
             "edit_open": _edit_index(form_error),
             "resume_value": request.POST.get("value") if form_error else None,
+            "typed_reason": request.POST.get("reason", "") if form_error else "",
         }
     )
     response = render_parts(

@@ -23,6 +23,79 @@
     };
   }
 
+  // -- a request that fails says so, next to what sent it ------------------------------
+  // htmx swaps nothing for a 4xx/5xx answer (the htmx-config meta in base.html) and
+  // nothing when the server cannot be reached, so the form keeps what was typed; without
+  // these handlers the page said nothing at all. The message goes right before the form
+  // (or the element) that made the request, in a role="alert" paragraph that screen
+  // readers announce, and is removed when that form sends again.
+  function detailOf(xhr) {
+    // The REST API's and the body-size guard's problem+json carry a readable detail.
+    try {
+      var type = xhr.getResponseHeader("Content-Type") || "";
+      if (type.indexOf("json") !== -1) return JSON.parse(xhr.responseText).detail || "";
+      if (type.indexOf("text/plain") === 0) return xhr.responseText.slice(0, 500);
+    } catch (e) { /* not JSON: fall back to the status */ }
+    return "";
+  }
+  function problemText(xhr) {
+    var status = xhr ? xhr.status : 0;
+    var detail = xhr ? detailOf(xhr) : "";
+    var kept = " What you typed is still here.";
+    if (status === 403) {
+      return "Refused (403): you may not do this any more (your permission changed, or the page's security token is stale). Reload the page and try again." + kept;
+    }
+    if (status === 413) {
+      return "Too large (413): " + (detail || "the request is larger than the server accepts") + ". Shorten it and try again." + kept;
+    }
+    if (status === 404) return "Not found (404): it may have been deleted. Reload the page." + kept;
+    if (status === 429) return "Too many requests (429): wait a moment and try again." + kept;
+    if (status >= 500) {
+      return "The server failed (" + status + "); the change may not have been made. Reload the page to see where things stand, then try again." + kept;
+    }
+    if (status >= 400) return (detail || "The request was refused (" + status + ").") + kept;
+    return "The server could not be reached (network down or server stopped). Try again when it is back." + kept;
+  }
+  function anchorOf(elt) {
+    if (!elt || !elt.closest) return null;
+    return elt.closest("form") || elt;
+  }
+  function showProblem(elt, text) {
+    var anchor = anchorOf(elt);
+    if (!anchor || !anchor.isConnected) anchor = document.querySelector("main");
+    var note = anchor.previousElementSibling;
+    if (!note || !note.hasAttribute("data-request-error")) {
+      note = document.createElement("p");
+      note.className = "flash error request-error";
+      note.setAttribute("role", "alert");
+      note.setAttribute("data-request-error", "");
+      anchor.parentNode.insertBefore(note, anchor);
+    }
+    note.textContent = text;
+  }
+  function clearProblem(elt) {
+    var anchor = anchorOf(elt);
+    var note = anchor && anchor.previousElementSibling;
+    if (note && note.hasAttribute("data-request-error")) note.remove();
+  }
+  document.addEventListener("htmx:beforeRequest", function (ev) { clearProblem(ev.detail.elt); });
+  document.addEventListener("htmx:responseError", function (ev) {
+    showProblem(ev.detail.elt, problemText(ev.detail.xhr));
+  });
+  document.addEventListener("htmx:sendError", function (ev) { showProblem(ev.detail.elt, problemText(null)); });
+  document.addEventListener("htmx:timeout", function (ev) { showProblem(ev.detail.elt, problemText(null)); });
+  // A 422 in plain text is a refusal of what was typed with nothing to re-render (an
+  // inbox card's reason): show it by the form and leave the form as it is.
+  document.addEventListener("htmx:beforeSwap", function (ev) {
+    var xhr = ev.detail.xhr;
+    if (xhr.status === 422 && (xhr.getResponseHeader("Content-Type") || "").indexOf("text/plain") === 0) {
+      ev.detail.shouldSwap = false;
+      // This event's detail.elt is the swap target; the form that sent it is here.
+      var sender = ev.detail.requestConfig ? ev.detail.requestConfig.elt : ev.detail.elt;
+      showProblem(sender, xhr.responseText + " What you typed is still here.");
+    }
+  });
+
   // -- keep what the operator selected or typed when the server re-renders a list --------
   var saved = null;
   document.addEventListener("htmx:wsBeforeMessage", function () {
@@ -30,9 +103,12 @@
     document.querySelectorAll("#inbox-list input[type=checkbox]:checked").forEach(function (el) {
       saved.checked.push(el.value);
     });
+    saved.problems = {};
     document.querySelectorAll("#inbox-list [data-thread]").forEach(function (card) {
       var reason = card.querySelector("[data-reason]");
       if (reason && reason.value) saved.typed[card.dataset.thread] = reason.value;
+      var problem = card.querySelector("[data-request-error]");
+      if (problem) saved.problems[card.dataset.thread] = problem.textContent;
     });
     var focused = document.querySelector(".card.waiting.focus");
     saved.focus = focused ? focused.dataset.thread : null;
@@ -49,12 +125,62 @@
       var reason = card && card.querySelector("[data-reason]");
       if (reason) reason.value = saved.typed[tid];
     });
+    Object.keys(saved.problems).forEach(function (tid) {
+      var card = document.querySelector('#inbox-list [data-thread="' + CSS.escape(tid) + '"]');
+      var form = card && card.querySelector("form");
+      if (form) showProblem(form, saved.problems[tid]);
+    });
     if (saved.focus) {
       var card = document.querySelector('#inbox-list [data-thread="' + CSS.escape(saved.focus) + '"]');
       if (card) card.classList.add("focus");
     }
     saved = null;
   });
+
+  // -- ages tick, and turn late -----------------------------------------------------------
+  // The server renders each age as <time class="age" data-age="seconds at render">; a
+  // live swap brings new ones. Each is counted on from the moment this script first saw
+  // it (the browser's clock, so a server clock that differs does not matter), formatted
+  // as the server's `age` filter does, and gets the class "late" (the warning colour)
+  // once it passes its data-late-at.
+  var firstSeen = new WeakMap();
+  function formatAge(seconds) {
+    if (seconds < 60) return seconds + "s";
+    var minutes = Math.floor(seconds / 60);
+    if (minutes < 60) return minutes + "m";
+    var hours = Math.floor(minutes / 60);
+    minutes = minutes % 60;
+    if (hours < 24) return hours + "h " + (minutes < 10 ? "0" : "") + minutes + "m";
+    return Math.floor(hours / 24) + "d " + (hours % 24) + "h";
+  }
+  function tickAges() {
+    var now = Date.now();
+    document.querySelectorAll("time.age[data-age]").forEach(function (el) {
+      var base = firstSeen.get(el);
+      if (base === undefined) {
+        base = now - Number(el.dataset.age) * 1000;
+        firstSeen.set(el, base);
+      }
+      var seconds = Math.max(0, Math.floor((now - base) / 1000));
+      var text = formatAge(seconds);
+      if (el.textContent !== text) el.textContent = text;
+      if (el.dataset.lateAt !== undefined) {
+        el.classList.toggle("late", seconds >= Number(el.dataset.lateAt));
+      }
+    });
+  }
+  tickAges();
+  setInterval(tickAges, 1000);
+
+  // -- the inbox's count in the page title follows the live list -----------------------
+  function titleCount() {
+    var list = document.getElementById("inbox-list");
+    if (!list || list.dataset.total === undefined) return;
+    var title = document.title.replace(/^Inbox \(\d+\)/, "Inbox (" + list.dataset.total + ")");
+    if (title !== document.title) document.title = title;
+  }
+  document.addEventListener("htmx:afterSettle", function () { titleCount(); tickAges(); });
+  document.addEventListener("htmx:wsAfterMessage", function () { titleCount(); tickAges(); });
 
   // -- the timeline marks the checkpoint whose panel is shown -----------------------------
   document.addEventListener("click", function (ev) {

@@ -73,6 +73,50 @@ def test_a_rejection_needs_a_reason(as_operator: Client, waiting_agent) -> None:
     assert resumes(t) == []
 
 
+def test_a_refused_reason_is_given_back_as_typed(as_operator: Client, waiting_agent) -> None:
+    t = waiting_agent()
+    typed = "too <long> " * 200
+    response = act(as_operator, t, "reject", reason=typed)
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert "The reason is too long (at most 2000 characters)." in html
+    assert f'name="reason" value="{escape(typed)}"' in html
+    assert resumes(t) == []
+
+
+def test_a_refused_per_call_decision_keeps_the_choices(as_operator: Client, waiting_agent) -> None:
+    t = waiting_agent(text="refund order 1 of 5 EUR and order 2 of 900 EUR")
+    response = act(
+        as_operator,
+        t,
+        "decide",
+        **{"decision-0": "approve", "decision-1": "reject", "reason-1": "x" * 2001},
+    )
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert 'name="reason-1" value="' + "x" * 2001 + '"' in html
+    assert re.search(r'name="decision-1" value="reject"\s+checked', html)
+    assert not re.search(r'name="decision-1" value="approve"\s+checked', html)
+
+
+def test_a_refused_reason_in_an_inbox_card_swaps_nothing(
+    as_operator: Client, waiting_agent
+) -> None:
+    t = waiting_agent()
+    response = as_operator.post(
+        f"/ui/threads/{t.pk}/act/",
+        {"reject": "", "reason": "x" * 2001, "expected": t.head_id, "from": "inbox"},
+        HTTP_HX_CURRENT_URL="http://testserver/ui/inbox/",
+        **HX,
+    )
+    # Plain text: criogen.js shows it next to the card's form and swaps nothing, so
+    # the card keeps the reason as typed.
+    assert response.status_code == 422
+    assert response["Content-Type"].startswith("text/plain")
+    assert response.content.decode() == "The reason is too long (at most 2000 characters)."
+    assert resumes(t) == []
+
+
 def test_it_approves_edited_arguments(as_operator: Client, waiting_agent) -> None:
     t = waiting_agent()
     response = act(as_operator, t, "edit", **{"args-0": '{"order_id": "42", "amount": 5}'})
@@ -270,7 +314,7 @@ def test_bulk_decisions_report_each_item(
         "/ui/inbox/bulk/", {"reject": "", "reason": "fraud", "item": items}, **HX
     )
     html = response.content.decode()
-    assert html.lstrip().startswith('<div id="bulk-results">')
+    assert html.lstrip().startswith('<div id="bulk-results"')
     assert html.count("applied: Rejected") == 2
     assert "Already decided by olga" in html
     assert "A workflow waits for a value" in html
@@ -285,6 +329,38 @@ def test_bulk_rejection_needs_a_reason(as_operator: Client, waiting_agent) -> No
     )
     assert "Say why you reject it" in response.content.decode()
     assert resumes(a) == []
+
+
+@pytest.mark.parametrize("button", ["approve", "reject"])
+def test_a_bulk_decision_with_nothing_ticked_says_so(
+    as_operator: Client, waiting_agent, button: str
+) -> None:
+    a = waiting_agent()
+    response = as_operator.post("/ui/inbox/bulk/", {button: "", "reason": "no"}, **HX)
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="bulk-results"')
+    assert 'data-code="nothing_selected"' in html
+    assert f"Nothing is selected: tick the cards to {button} first" in html
+    assert "<table" not in html
+    assert resumes(a) == []
+    # Without htmx: back to the inbox, with the message.
+    page = as_operator.post("/ui/inbox/bulk/", {button: ""}, follow=True)
+    assert page.redirect_chain[-1][0] == "/ui/inbox/"
+    assert "Nothing is selected" in page.content.decode()
+
+
+def test_a_bulk_item_naming_no_thread_is_reported_without_a_link(
+    as_operator: Client, waiting_agent
+) -> None:
+    a = waiting_agent()
+    items = ["|", "no-such-thread|cp", f"{a.pk}|{a.head_id}"]
+    response = as_operator.post("/ui/inbox/bulk/", {"approve": "", "item": items}, **HX)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.count("No such thread.") == 2
+    assert f'href="/ui/threads/{a.pk}/"' in html and "applied: Approved" in html
+    assert 'href="/ui/threads//"' not in html
 
 
 def test_a_quick_approve_in_the_inbox_returns_the_list(as_operator: Client, waiting_agent) -> None:

@@ -152,6 +152,9 @@ def register_exception_handlers(api: NinjaAPI) -> None:
 
     @api.exception_handler(HttpError)
     def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        if isinstance(exc.__cause__, CriogenError):
+            # The body parser's own refusal (a NUL character): its field and code.
+            return criogen_error(request, exc.__cause__)
         code = "invalid_json" if exc.status_code == 400 else "http_error"
         status = 422 if exc.status_code == 400 else exc.status_code
         return problem(status, str(exc), code, field="body" if status == 422 else None)

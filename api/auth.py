@@ -23,6 +23,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security.base import AuthBase
 
+from api.errors import TokenExpired
 from api.models import ApiToken, hash_token
 from criogen.storage.rows import Columns, columns
 
@@ -187,7 +188,7 @@ class _TokenStatement:
 _statements: dict[str, _TokenStatement | None] = {}
 _operate_id: dict[str, int] = {}
 
-TOKEN_COLUMNS = ("id", "user", "token_hash", "last_used")
+TOKEN_COLUMNS = ("id", "user", "token_hash", "last_used", "expires_at")
 
 
 def forget_operate_permission(**_: Any) -> None:
@@ -283,10 +284,17 @@ def _token_row(statement: _TokenStatement, digest: str) -> tuple[ApiToken, bool]
 def _principal(row: ApiToken | None, token: str, *, operate: bool | None) -> Principal | None:
     """The caller a token ``row`` stands for (None for no row, a wrong token or an
     inactive user); notes the token's use. ``operate``: whether the user holds
-    ``criogen.operate`` (None: ask ``has_perm``)."""
+    ``criogen.operate`` (None: ask ``has_perm``). Raises :class:`TokenExpired` for a
+    token past its ``expires_at``."""
     if row is None or not row.matches(token) or not row.user.is_active:
         return None
     now = timezone.now()
+    if row.expired(now):
+        raise TokenExpired(
+            f"this API token expired at {row.expires_at:%Y-%m-%d %H:%M} UTC; "
+            "create a new one (dashboard: API tokens, or manage.py criogen_token USER).",
+            expired_at=row.expires_at.isoformat() if row.expires_at else None,
+        )
     if row.last_used is None or (now - row.last_used).total_seconds() > 60:
         # At most one write a minute per token: last_used is for humans, not audits.
         ApiToken.objects.filter(pk=row.pk).update(last_used=now)

@@ -26,4 +26,5 @@ urlpatterns = [
         name="rewind_confirm",
     ),
     path("ui/audit/", views.audit, name="audit"),
+    path("ui/tokens/", views.tokens, name="tokens"),
 ]

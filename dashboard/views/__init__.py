@@ -12,6 +12,7 @@ from dashboard.views.threads import (
     thread_act,
     threads,
 )
+from dashboard.views.tokens import tokens
 
 __all__ = [
     "audit",
@@ -23,4 +24,5 @@ __all__ = [
     "thread",
     "thread_act",
     "threads",
+    "tokens",
 ]

@@ -9,8 +9,10 @@ exactly as if it did not exist.
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +23,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security.base import AuthBase
 
+from api.errors import TokenExpired
 from api.models import ApiToken, hash_token
 from criogen.storage.rows import Columns, columns
 
@@ -65,7 +68,8 @@ LOCAL = Principal(user=None, is_operator=True)
 
 
 # --- rate limit on token authentication failures ---
-# Per client IP, a fixed window: after CRIOGEN_AUTH_FAILURE_LIMIT bad tokens within
+# Per client address (client_ip: the peer, or behind a trusted proxy the address it
+# forwards), a fixed window: after CRIOGEN_AUTH_FAILURE_LIMIT bad tokens within
 # CRIOGEN_AUTH_FAILURE_WINDOW seconds, requests from that IP carrying a token get 429
 # with Retry-After until the window ends (api.middleware answers them). The counts live
 # in Django's cache: the default LocMemCache counts per process; production with several
@@ -80,9 +84,56 @@ def _failure_window() -> int:
     return int(getattr(settings, "CRIOGEN_AUTH_FAILURE_WINDOW", 60))
 
 
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@lru_cache(maxsize=8)
+def _networks(proxies: tuple[str, ...]) -> tuple[_Network, ...]:
+    return tuple(ipaddress.ip_network(p, strict=False) for p in proxies)
+
+
+def _address(text: str) -> _Address | None:
+    """``text`` as an IP address (IPv4-mapped IPv6 as IPv4), or None."""
+    try:
+        address = ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
 def client_ip(request: HttpRequest) -> str:
-    """The peer address (behind a proxy: the proxy's, unless it rewrites REMOTE_ADDR)."""
-    return str(request.META.get("REMOTE_ADDR") or "unknown")
+    """The client address the bad-token lockout counts.
+
+    The connection's peer (``REMOTE_ADDR``), unless the peer is one of
+    ``CRIOGEN_TRUSTED_PROXIES``: then ``X-Forwarded-For`` is read from the right (each
+    proxy appends the address it received the request from) and the first address that
+    is not a trusted proxy is the client. Whatever a client writes into the header
+    itself stays to the left of that, so it can neither spread its failures over made-up
+    addresses nor lock out an address of its choosing. With no trusted proxies (the
+    default) the header is ignored.
+    """
+    peer = str(request.META.get("REMOTE_ADDR") or "unknown")
+    proxies = tuple(getattr(settings, "CRIOGEN_TRUSTED_PROXIES", ()) or ())
+    if not proxies:
+        return peer
+    trusted = _networks(proxies)
+    address = _address(peer)
+    if address is None or not any(address in net for net in trusted):
+        return peer
+    hops = request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
+    for hop in reversed(hops):
+        hop_address = _address(hop)
+        if hop_address is None:
+            # Not an address: no proxy we trust wrote it, so the hop before it (a
+            # trusted proxy, or the peer) is as far as the chain can be believed.
+            break
+        if not any(hop_address in net for net in trusted):
+            return str(hop_address)
+        address = hop_address
+    return str(address)
 
 
 def _keys(ip: str) -> tuple[str, str]:
@@ -137,7 +188,7 @@ class _TokenStatement:
 _statements: dict[str, _TokenStatement | None] = {}
 _operate_id: dict[str, int] = {}
 
-TOKEN_COLUMNS = ("id", "user", "token_hash", "last_used")
+TOKEN_COLUMNS = ("id", "user", "token_hash", "last_used", "expires_at")
 
 
 def forget_operate_permission(**_: Any) -> None:
@@ -233,10 +284,17 @@ def _token_row(statement: _TokenStatement, digest: str) -> tuple[ApiToken, bool]
 def _principal(row: ApiToken | None, token: str, *, operate: bool | None) -> Principal | None:
     """The caller a token ``row`` stands for (None for no row, a wrong token or an
     inactive user); notes the token's use. ``operate``: whether the user holds
-    ``criogen.operate`` (None: ask ``has_perm``)."""
+    ``criogen.operate`` (None: ask ``has_perm``). Raises :class:`TokenExpired` for a
+    token past its ``expires_at``."""
     if row is None or not row.matches(token) or not row.user.is_active:
         return None
     now = timezone.now()
+    if row.expired(now):
+        raise TokenExpired(
+            f"this API token expired at {row.expires_at:%Y-%m-%d %H:%M} UTC; "
+            "create a new one (dashboard: API tokens, or manage.py criogen_token USER).",
+            expired_at=row.expires_at.isoformat() if row.expires_at else None,
+        )
     if row.last_used is None or (now - row.last_used).total_seconds() > 60:
         # At most one write a minute per token: last_used is for humans, not audits.
         ApiToken.objects.filter(pk=row.pk).update(last_used=now)

@@ -119,14 +119,15 @@ def load_cron(who: Principal, cron_id: str) -> Cron:
 
 def fire_due_crons(now: datetime | None = None) -> list[str]:
     """Create a run for every enabled cron whose ``next_run_date`` has passed; return
-    the ids of the runs created. A cron past its ``end_time`` is disabled instead."""
+    the ids of the runs created. A cron past its ``end_time`` is disabled instead; a
+    cron whose owner is deactivated skips the tick (logged) and creates no run."""
     now = now or timezone.now()
     fired: list[str] = []
     due = Cron.objects.filter(enabled=True, next_run_date__lte=now).values_list(
         "pk", "next_run_date"
     )
     for pk, when in list(due):
-        cron = Cron.objects.filter(pk=pk).first()
+        cron = Cron.objects.select_related("user").filter(pk=pk).first()
         if cron is None:
             continue
         if cron.end_time is not None and cron.end_time <= now:
@@ -135,6 +136,14 @@ def fire_due_crons(now: datetime | None = None) -> list[str]:
         following = next_tick(cron.schedule, cron.timezone, now)
         # Claim this tick: only the timer whose UPDATE matches creates the run.
         if not Cron.objects.filter(pk=pk, next_run_date=when).update(next_run_date=following):
+            continue
+        if cron.user is not None and not cron.user.is_active:
+            # A deactivated user's schedules stop with them (their tokens and sessions
+            # already do); the tick is spent, so reactivating the user resumes the cron
+            # at its next tick instead of replaying the missed ones.
+            logger.warning(
+                "cron %s skipped: its owner %r is deactivated", pk, cron.user.get_username()
+            )
             continue
         try:
             fired.append(_fire(cron))

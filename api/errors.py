@@ -34,7 +34,7 @@ from criogen.engine.errors import (
     ThreadError,
 )
 
-__all__ = ["Conflict", "NotFound", "register_exception_handlers", "status_for"]
+__all__ = ["Conflict", "NotFound", "TokenExpired", "register_exception_handlers", "status_for"]
 
 logger = logging.getLogger("api")
 
@@ -51,11 +51,19 @@ class Conflict(CriogenError):
     code = "conflict"
 
 
+class TokenExpired(CriogenError):
+    """An API token past its ``expires_at`` (401: a real token, but no longer valid)."""
+
+    code = "token_expired"
+
+
 _UNPROCESSABLE = (InvalidArgument, InvalidState, InvalidSnapshot, InvalidGraph)
 
 
 def status_for(exc: CriogenError) -> int:
     """The HTTP status of a Criogen error."""
+    if isinstance(exc, TokenExpired):
+        return 401
     if isinstance(exc, NotFound) or exc.code.endswith("_not_found"):
         return 404
     if isinstance(exc, _UNPROCESSABLE):
@@ -131,6 +139,13 @@ def register_exception_handlers(api: NinjaAPI) -> None:
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "invalid request"
         return problem(422, detail, "validation_error", field=first["field"], errors=errors)
 
+    @api.exception_handler(TokenExpired)
+    def token_expired(request: HttpRequest, exc: TokenExpired) -> HttpResponse:
+        details = {k: v for k, v in exc.details.items() if _plain(v)}
+        response = problem(401, exc.message, exc.code, **details)
+        response["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+        return response
+
     @api.exception_handler(AuthenticationError)
     def unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
         response = problem(
@@ -152,6 +167,9 @@ def register_exception_handlers(api: NinjaAPI) -> None:
 
     @api.exception_handler(HttpError)
     def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        if isinstance(exc.__cause__, CriogenError):
+            # The body parser's own refusal (a NUL character): its field and code.
+            return criogen_error(request, exc.__cause__)
         code = "invalid_json" if exc.status_code == 400 else "http_error"
         status = 422 if exc.status_code == 400 else exc.status_code
         return problem(status, str(exc), code, field="body" if status == 422 else None)

@@ -18,6 +18,10 @@ CORS (:class:`CorsMiddleware`): django-cors-headers, for the REST API's paths on
 (:mod:`api.cors`). It answers a browser's preflight before authentication and routing,
 and refuses with ``400`` a preflight whose origin, method or headers the configuration
 does not allow.
+A NUL character (U+0000), which PostgreSQL cannot store, in the path, the query string
+or a form field is answered ``422`` (``code: invalid_argument``, ``field`` naming the
+parameter) on the API and with a ``400`` page on the dashboard; :mod:`api.parser` refuses
+it in JSON bodies.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ __all__ = [
     "CommonMiddleware",
     "CorsMiddleware",
     "DEFAULT_MAX_BODY_BYTES",
+    "NulCharacterMiddleware",
     "SecurityMiddleware",
     "XFrameOptionsMiddleware",
     "api_middleware",
@@ -149,6 +154,102 @@ class _Gate:
         if refused is not None:
             return refused
         return await self.get_response(request)
+
+
+# -- NUL characters ------------------------------------------------------------------------
+# PostgreSQL stores no NUL (U+0000) in text or jsonb: a NUL that reaches a query fails
+# there, as a 500. One check refuses it in everything a request carries: JSON bodies in
+# api.parser (every field the API reads), and the path, the query string and form
+# fields here (path parameters, search filters, the dashboard's forms).
+
+NUL = "\x00"
+BROWSER_PREFIXES = ("/ui/", "/accounts/", "/admin/")
+"""Paths of pages for people (their bad input is answered with a page, not JSON)."""
+
+
+def _nul_field(request: HttpRequest) -> tuple[str, str] | None:
+    """``(field, where)`` of the first NUL the request's path, query or form carries."""
+    path = request.path_info
+    if NUL in path:
+        return _path_parameter(path), "path"
+    for key, values in request.GET.lists():
+        if NUL in key or any(NUL in v for v in values):
+            return key.replace(NUL, "\\0"), "query"
+    if request.method == "POST" and request.content_type in (
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    ):
+        for key, values in request.POST.lists():
+            if NUL in key or any(NUL in v for v in values):
+                return key.replace(NUL, "\\0"), "form"
+    return None
+
+
+def _path_parameter(path: str) -> str:
+    """The name of the path parameter holding the NUL (``thread_id``), else ``path``."""
+    from django.urls import Resolver404, resolve
+
+    try:
+        match = resolve(path)
+    except Resolver404:
+        return "path"
+    for name, value in match.kwargs.items():
+        if NUL in str(value):
+            return str(name)
+    return "path"
+
+
+def _nul_problem(field: str) -> HttpResponse:
+    return problem(
+        422,
+        f"{field} contains a NUL character (\\u0000), which cannot be stored; remove it.",
+        "invalid_argument",
+        field=field,
+    )
+
+
+def _nul_page(request: HttpRequest, field: str, where: str) -> HttpResponse:
+    """The dashboard's 400 page for a NUL (sync: it reads the signed-in user)."""
+    from django.shortcuts import render
+
+    from dashboard.views.common import base_context
+
+    what = {"path": "The address", "query": f"The filter {field!r}", "form": f"{field!r}"}[where]
+    user = getattr(request, "user", None)
+    signed_in = user is not None and user.is_authenticated
+    context = base_context(request, "") if signed_in else {"nav": None, "can_act": False}
+    context["message"] = (
+        f"{what} contains a NUL character (\\0), which Criogen cannot search or store. "
+        "Remove it and try again."
+    )
+    context["field"] = field
+    return render(request, "dashboard/bad_input.html", context, status=400)
+
+
+class NulCharacterMiddleware(_Gate):
+    """Refuse a NUL character in the path, query string or form fields: ``422`` with
+    the API's problem body naming the parameter, or a ``400`` page on the dashboard.
+    The check is pure computation (on the event loop under ASGI); only the page, which
+    reads the signed-in user, is rendered off it."""
+
+    @staticmethod
+    def refuse(request: HttpRequest) -> HttpResponse | None:
+        found = _nul_field(request)
+        if found is None:
+            return None
+        if not request.path_info.startswith(BROWSER_PREFIXES):
+            return _nul_problem(found[0])
+        return _nul_page(request, *found)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        found = _nul_field(request)
+        if found is None:
+            return await self.get_response(request)
+        if not request.path_info.startswith(BROWSER_PREFIXES):
+            return _nul_problem(found[0])
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(_nul_page)(request, *found)
 
 
 class BodySizeLimitMiddleware(_Gate):

@@ -2,7 +2,9 @@
 ``Authorization: Bearer``.
 
 Only a SHA-256 hash of each token is stored; the token itself is shown once, when it
-is created (admin, dashboard or ``manage.py criogen_token USER``).
+is created (admin, the dashboard's API tokens page or ``manage.py criogen_token USER``).
+A token may expire (``expires_at``; by default ``CRIOGEN_TOKEN_TTL_DAYS`` after it was
+issued, never when that is unset).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import hashlib
 import hmac
 import secrets
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -29,6 +32,16 @@ def new_token() -> tuple[str, str, str]:
     """A fresh random token: ``(token, its hash, its display prefix)``."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     return token, hash_token(token), token[:10]
+
+
+DEFAULT_EXPIRY = object()
+"""``ApiToken.issue``'s default: the expiry ``CRIOGEN_TOKEN_TTL_DAYS`` gives."""
+
+
+def default_expiry() -> datetime | None:
+    """Now plus ``CRIOGEN_TOKEN_TTL_DAYS``, or None (never) when that is unset or 0."""
+    days = getattr(settings, "CRIOGEN_TOKEN_TTL_DAYS", None)
+    return timezone.now() + timedelta(days=int(days)) if days else None
 
 
 def hash_token(token: str) -> str:
@@ -50,6 +63,11 @@ class ApiToken(models.Model):
     )
     created = models.DateTimeField(default=timezone.now)
     last_used = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="From this time on the token is refused (401 token_expired). Empty: never.",
+    )
 
     class Meta:
         verbose_name = "API token"
@@ -58,11 +76,29 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.user}, {self.name or 'unnamed'})"
 
     @classmethod
-    def issue(cls, user: models.Model, *, name: str = "") -> tuple[ApiToken, str]:
-        """Create a token for ``user``; return the row and the token (shown only now)."""
+    def issue(
+        cls,
+        user: models.Model,
+        *,
+        name: str = "",
+        expires_at: datetime | None | object = DEFAULT_EXPIRY,
+    ) -> tuple[ApiToken, str]:
+        """Create a token for ``user``; return the row and the token (shown only now).
+
+        ``expires_at``: when it stops working; None: never; left out:
+        ``CRIOGEN_TOKEN_TTL_DAYS`` from now (never when that is unset).
+        """
+        if expires_at is DEFAULT_EXPIRY:
+            expires_at = default_expiry()
         token, digest, prefix = new_token()
-        row = cls.objects.create(user=user, name=name, token_hash=digest, prefix=prefix)
+        row = cls.objects.create(
+            user=user, name=name, token_hash=digest, prefix=prefix, expires_at=expires_at
+        )
         return row, token
+
+    def expired(self, now: datetime | None = None) -> bool:
+        """Whether the token's expiry has passed."""
+        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
 
     def matches(self, token: str) -> bool:
         """Constant-time comparison of ``token`` with this row's hash."""

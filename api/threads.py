@@ -230,6 +230,18 @@ def _check_metadata(metadata: Any, field: str = "metadata") -> dict[str, Any]:
     return dict(metadata)
 
 
+def _check_owner(meta: dict[str, Any], owner: Any) -> None:
+    """Refuse (422) a ``metadata.owner`` other than the server's value ``owner``: it
+    names who the thread belongs to, so only the server writes it (the same value,
+    as a client that sends back what it read, is fine)."""
+    if "owner" in meta and meta["owner"] != owner:
+        raise InvalidArgument(
+            f"metadata.owner is set by the server (this thread's is {owner!r}); "
+            "leave it out or send the same value.",
+            field="metadata.owner",
+        )
+
+
 def create_thread(
     who: Principal,
     *,
@@ -244,7 +256,8 @@ def create_thread(
     An explicit ``thread_id`` must be 1–255 non-blank characters; ``None`` makes a UUID.
     ``if_exists``: ``raise`` (default) answers 409 for a known id, ``do_nothing``
     returns the existing thread (if the caller may see it; else it is still a 409, as
-    the id is taken). ``metadata.owner`` is set to the caller.
+    the id is taken). ``metadata.owner`` is set to the caller (another value is a
+    422).
     """
     policy = if_exists or "raise"
     if policy not in ("raise", "do_nothing"):
@@ -261,6 +274,7 @@ def create_thread(
             field="supersteps",
         )
     if who.name is not None:
+        _check_owner(meta, who.name)
         meta["owner"] = who.name
     if thread_id is None and not supersteps:
         # A new UUID: one INSERT, no lookup first. A thread just created has no run,
@@ -308,12 +322,15 @@ def create_thread(
 def update_thread(
     who: Principal, thread_id: str, *, metadata: dict[str, Any] | None, ttl: Any = None
 ) -> Thread:
-    """Merge ``metadata`` into the thread's and (re)set its TTL (PATCH /threads/{id})."""
+    """Merge ``metadata`` into the thread's and (re)set its TTL (PATCH /threads/{id});
+    ``metadata.owner`` cannot change (422)."""
     meta = _check_metadata(metadata)
     parsed_ttl = parse_ttl(ttl)
     with transaction.atomic():
         # Locked so that two concurrent PATCHes merge instead of losing a key.
         row = load_thread(who, thread_id, for_update=True)
+        if who.name is not None:
+            _check_owner(meta, (row.metadata or {}).get("owner"))
         row.metadata = {**(row.metadata or {}), **meta}
         apply_ttl(row, parsed_ttl)
         row.updated_at = timezone.now()

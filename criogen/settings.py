@@ -7,6 +7,7 @@ and ``REDIS_URL`` (see docs/deployment.md).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tempfile
 from pathlib import Path
@@ -93,6 +94,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # A NUL character in the path, query or form: 422 (API) / 400 page, never a 500.
+    "api.middleware.NulCharacterMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # An htmx request whose session expired gets a full-page sign-in (HX-Redirect).
@@ -271,6 +274,21 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(2621440, CRIOGEN_MAX_BODY_BYTES + 1)
 # with several processes set a shared CACHES backend (e.g. Redis) so the limit holds.
 CRIOGEN_AUTH_FAILURE_LIMIT = envint("CRIOGEN_AUTH_FAILURE_LIMIT", 20)
 CRIOGEN_AUTH_FAILURE_WINDOW = envint("CRIOGEN_AUTH_FAILURE_WINDOW", 60)
+# Proxies (IP addresses or CIDR networks, comma-separated) whose X-Forwarded-For names the
+# client for that lockout; none by default: the client is the connection's peer. The ASGI
+# server must not rewrite the peer itself (uvicorn: --no-proxy-headers; docs/deployment.md).
+CRIOGEN_TRUSTED_PROXIES = [
+    p.strip() for p in envstr("CRIOGEN_TRUSTED_PROXIES").split(",") if p.strip()
+]
+for _proxy in CRIOGEN_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"CRIOGEN_TRUSTED_PROXIES: {_proxy!r} is not an IP address or network."
+        ) from None
+# Days a new API token lives unless it is given its own expiry; unset or 0: forever.
+CRIOGEN_TOKEN_TTL_DAYS = envint("CRIOGEN_TOKEN_TTL_DAYS", 0) or None
 # A default time to live (minutes) for threads created without one; unset: none.
 # Threads that exist when it is set are not backfilled.
 CRIOGEN_THREAD_TTL = envint("CRIOGEN_THREAD_TTL", 0) or None

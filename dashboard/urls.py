@@ -27,4 +27,5 @@ urlpatterns = [
         name="rewind_confirm",
     ),
     path("ui/audit/", views.audit, name="audit"),
+    path("ui/tokens/", views.tokens, name="tokens"),
 ]

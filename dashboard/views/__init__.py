@@ -13,6 +13,7 @@ from dashboard.views.threads import (
     thread_act,
     threads,
 )
+from dashboard.views.tokens import tokens
 
 __all__ = [
     "audit",
@@ -25,4 +26,5 @@ __all__ = [
     "thread",
     "thread_act",
     "threads",
+    "tokens",
 ]

@@ -94,6 +94,9 @@ def _manage(env: dict[str, str], *args: str) -> str:
 ASGI_SERVERS = ("daphne", "uvicorn")
 """The ASGI servers Criogen is tested under (docs/deployment.md)."""
 
+UVICORN_OPTIONS = ("--no-proxy-headers", "--no-access-log")
+"""The options docs/deployment.md gives uvicorn (tests/docs checks they are there)."""
+
 
 def server_argv(asgi_server: str, port: int) -> list[str]:
     """The command line that serves ``criogen.asgi`` on 127.0.0.1:``port``."""
@@ -102,7 +105,9 @@ def server_argv(asgi_server: str, port: int) -> list[str]:
         return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
     if asgi_server == "uvicorn":
         options = ["--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"]
-        return [sys.executable, "-m", "uvicorn", *options, "--no-access-log", app]
+        # As docs/deployment.md runs it: the peer is never rewritten from X-Forwarded-For
+        # (CRIOGEN_TRUSTED_PROXIES decides whom to believe).
+        return [sys.executable, "-m", "uvicorn", *options, *UVICORN_OPTIONS, app]
     raise ValueError(f"unknown ASGI server {asgi_server!r}; expected one of {ASGI_SERVERS}")
 
 

@@ -210,3 +210,81 @@ def test_a_token_records_when_it_was_last_used(either_server: Server) -> None:
         "print('USED=' + str(t.last_used is not None and t.last_used.tzinfo is not None))",
     )
     assert "USED=True" in out
+
+
+# -- token expiry -------------------------------------------------------------------------
+
+_EXPIRING = """
+import json, uuid
+from datetime import timedelta
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from api.models import ApiToken
+user = get_user_model().objects.create(username="exp-" + uuid.uuid4().hex[:8])
+now = timezone.now()
+print("TOKENS=" + json.dumps({
+    "expired": ApiToken.issue(user, expires_at=now - timedelta(seconds=1))[1],
+    "valid": ApiToken.issue(user, expires_at=now + timedelta(days=1))[1],
+    "never": ApiToken.issue(user, expires_at=None)[1],
+}))
+"""
+
+
+def test_an_expired_token_is_a_401_token_expired(either_server: Server) -> None:
+    from tests.api.conftest import _manage
+
+    srv = either_server
+    out = _manage(srv.env, "shell", "-c", _EXPIRING)
+    tokens = json.loads(out.split("TOKENS=", 1)[1].strip())
+    for kind in ("valid", "never"):
+        ok = httpx.post(srv.url + "/threads/search", json={}, headers={"x-api-key": tokens[kind]})
+        assert ok.status_code == 200, (kind, ok.text)
+    for headers in (
+        {"x-api-key": tokens["expired"]},
+        {"Authorization": f"Bearer {tokens['expired']}"},
+    ):
+        refused = httpx.post(srv.url + "/threads/search", json={}, headers=headers)
+        assert refused.status_code == 401
+        body = refused.json()
+        assert body["code"] == "token_expired"
+        assert "expired" in body["detail"] and body["expired_at"]
+        assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+def _expires_at(server: Server, token: str) -> str:
+    from tests.api.conftest import _manage
+
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    return (
+        _manage(
+            server.env,
+            "shell",
+            "-c",
+            "from api.models import ApiToken; "
+            f"t = ApiToken.objects.get(token_hash='{digest}'); "
+            "print('EXPIRES=' + (t.expires_at.isoformat() if t.expires_at else 'never'))",
+        )
+        .split("EXPIRES=", 1)[1]
+        .strip()
+    )
+
+
+def test_new_tokens_live_for_the_default_ttl_unless_given_their_own(server: Server) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from tests.api.conftest import _manage
+
+    ttl_env = {**server.env, "CRIOGEN_TOKEN_TTL_DAYS": "7"}
+    default = _manage(ttl_env, "criogen_token", "bob").strip()
+    own = _manage(ttl_env, "criogen_token", "bob", "--expires-in-days", "2").strip()
+    never = _manage(ttl_env, "criogen_token", "bob", "--expires-in-days", "0").strip()
+    unset = _manage(server.env, "criogen_token", "bob").strip()
+    now = datetime.now(UTC)
+    week = datetime.fromisoformat(_expires_at(server, default)) - now
+    assert timedelta(days=6, hours=23) < week <= timedelta(days=7)
+    two = datetime.fromisoformat(_expires_at(server, own)) - now
+    assert timedelta(days=1, hours=23) < two <= timedelta(days=2)
+    assert _expires_at(server, never) == "never"
+    assert _expires_at(server, unset) == "never"
+    with pytest.raises(RuntimeError, match="expires-in-days"):
+        _manage(server.env, "criogen_token", "bob", "--expires-in-days", "-1")

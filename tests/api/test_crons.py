@@ -139,3 +139,69 @@ async def test_an_unknown_assistant_for_a_cron_is_a_404(client: Any) -> None:
         await client.crons.create("nope", schedule="* * * * *")
     with pytest.raises(UnprocessableEntityError):
         await client.crons.create("steps", schedule="")
+
+
+def _new_user(server: Server) -> tuple[str, str]:
+    """A user of this test only (it gets deactivated) and their token."""
+    from tests.api.conftest import _manage
+
+    name = f"dora-{uuid.uuid4().hex[:8]}"
+    out = _manage(
+        server.env,
+        "shell",
+        "-c",
+        "from django.contrib.auth import get_user_model; from api.models import ApiToken; "
+        f"u = get_user_model().objects.create(username='{name}'); "
+        "print('TOKEN=' + ApiToken.issue(u)[1])",
+    )
+    return name, out.split("TOKEN=", 1)[1].strip()
+
+
+def _wait_for(predicate: Any, what: str, timeout: float = 30.0) -> Any:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_a_deactivated_users_cron_stops_firing(server: Server) -> None:
+    name, token = _new_user(server)
+    with httpx.Client(base_url=server.url, headers={"x-api-key": token}, timeout=30) as dora:
+        tid = dora.post("/threads", json={}).json()["thread_id"]
+        created = dora.post(
+            f"/threads/{tid}/runs/crons",
+            json={"assistant_id": "steps", "schedule": "0 3 * * *", "input": {"n": 0}},
+        )
+        assert created.status_code == 200, created.text
+    cron_id = created.json()["cron_id"]
+    with server.http("olga") as olga:
+
+        def runs() -> list[Any]:
+            return list(olga.get(f"/threads/{tid}/runs").json())
+
+        def next_run() -> datetime:
+            (cron,) = [
+                c
+                for c in olga.post("/runs/crons/search", json={"thread_id": tid}).json()
+                if c["cron_id"] == cron_id
+            ]
+            return datetime.fromisoformat(cron["next_run_date"])
+
+        # While its owner is active the cron fires...
+        _make_due(server, cron_id)
+        _wait_for(runs, "the cron's first run")
+        assert len(runs()) == 1
+        # ...and after the owner is deactivated it does not.
+        path = server.database_url.removeprefix("sqlite://")
+        with sqlite3.connect(path, timeout=30) as db:
+            db.execute("UPDATE auth_user SET is_active = 0 WHERE username = ?", (name,))
+        _make_due(server, cron_id)
+        _wait_for(lambda: next_run() > datetime.now(UTC), "the timer to pass the tick")
+        assert len(runs()) == 1
+    skipped = f"cron {cron_id} skipped: its owner '{name}' is deactivated"
+    _wait_for(lambda: skipped in server.log.read_text(), "the skip in the server's log")

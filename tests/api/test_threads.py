@@ -151,6 +151,27 @@ async def test_it_merges_metadata_on_update(client: Any) -> None:
     assert updated["updated_at"] >= thread["updated_at"]
 
 
+def test_metadata_owner_is_the_servers_to_set(server: Server) -> None:
+    with server.http("bob") as bob, server.http("olga") as olga:
+        created = bob.post("/threads", json={"metadata": {"owner": "alice"}})
+        assert created.status_code == 422
+        assert created.json()["field"] == "metadata.owner"
+        thread = bob.post("/threads", json={"metadata": {"owner": "bob", "a": 1}}).json()
+        tid = thread["thread_id"]
+        assert thread["metadata"] == {"owner": "bob", "a": 1}
+        for who in (bob, olga):  # not even an operator rewrites it
+            refused = who.patch(f"/threads/{tid}", json={"metadata": {"owner": "alice"}})
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["field"] == "metadata.owner"
+            assert "metadata.owner" in refused.json()["detail"]
+        # Sending back the metadata as read (owner unchanged) is fine.
+        same = olga.patch(f"/threads/{tid}", json={"metadata": {**thread["metadata"], "b": 2}})
+        assert same.status_code == 200
+        assert bob.get(f"/threads/{tid}").json()["metadata"] == {"owner": "bob", "a": 1, "b": 2}
+    with server.http("alice") as alice:
+        assert tid not in [t["thread_id"] for t in alice.post("/threads/search", json={}).json()]
+
+
 async def test_it_sets_the_ttl_on_update(client: Any) -> None:
     thread = await client.threads.create()
     updated = await client.threads.update(thread["thread_id"], metadata={}, ttl=60)

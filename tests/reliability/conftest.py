@@ -51,6 +51,8 @@ class Figures:
     refused_cleanly: int = 0
     bad_inputs_tried: int = 0
     bad_inputs_5xx: int = 0
+    nul_inputs_tried: int = 0
+    nul_inputs_5xx: int = 0
     isolation_checks_passed: int = 0
     security_checks_passed: int = 0
     csrf_checks_passed: int = 0

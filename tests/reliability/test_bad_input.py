@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -225,3 +226,218 @@ def test_an_offset_past_64_bits_is_a_422_not_a_database_error(
     assert response.status_code == 422 and problem(response)["field"] == "offset"
     largest = send(http, figures, "POST", "/threads/search", json={"offset": 2**63 - 1})
     assert largest.status_code == 200 and largest.json() == []
+
+
+# -- NUL (U+0000) in every string field of the live OpenAPI schema ----------------------
+# PostgreSQL stores no NUL in text or jsonb. Every string a request can carry (path and
+# query parameters, every string, key and free-form value of every body, found by
+# walking the running server's /openapi.json) is sent holding one, the rest of the
+# request valid: each must be a 422 naming that field, never a 5xx.
+
+NUL = "\x00"
+
+
+def _resolve(schema: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[1]
+        schema = spec["components"]["schemas"][name]
+    return schema
+
+
+def _options(schema: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The non-null alternatives of a schema (``anyOf`` members, or itself)."""
+    schema = _resolve(schema, spec)
+    members = schema.get("anyOf") or schema.get("oneOf") or [schema]
+    return [_resolve(m, spec) for m in members if m.get("type") != "null"]
+
+
+def _sample(schema: dict[str, Any], spec: dict[str, Any], name: str) -> Any:
+    """A plausible valid value for a required field."""
+    options = _options(schema, spec)
+    if not options:
+        return None
+    s = options[0]
+    if "enum" in s:
+        return s["enum"][0]
+    kind = s.get("type")
+    if kind == "string":
+        return "steps" if name == "assistant_id" else "x"
+    if kind in ("integer", "number"):
+        return 1
+    if kind == "boolean":
+        return False
+    if kind == "array":
+        return ["x"]
+    if kind == "object":
+        return {
+            k: _sample(v, spec, k)
+            for k, v in (s.get("properties") or {}).items()
+            if k in (s.get("required") or [])
+        }
+    return {}
+
+
+def _nul_variants(
+    schema: dict[str, Any], spec: dict[str, Any], path: tuple[Any, ...], depth: int = 0
+) -> list[tuple[tuple[Any, ...], Any]]:
+    """``(where, value)`` pairs: each places a NUL at one string-capable spot."""
+    out: list[tuple[tuple[Any, ...], Any]] = []
+    if depth > 6:
+        return out
+    for s in _options(schema, spec) or [{}]:
+        kind = s.get("type")
+        if kind == "string" and "enum" not in s and s.get("format") != "date-time":
+            out.append((path, f"x{NUL}y"))
+        elif kind == "array":
+            for where, value in _nul_variants(s.get("items") or {}, spec, (*path, 0), depth + 1):
+                out.append((where, value))
+        elif kind == "object" and s.get("properties"):
+            for name, sub in s["properties"].items():
+                out += _nul_variants(sub, spec, (*path, name), depth + 1)
+        elif kind == "object" or kind is None:
+            # Free-form (metadata, values, input, config, any): a key and a value.
+            out.append(((*path, f"k{NUL}"), "v"))
+            out.append(((*path, "k"), f"v{NUL}"))
+    return out
+
+
+def _place(base: Any, where: tuple[Any, ...], value: Any) -> Any:
+    """``base`` with ``value`` put at ``where`` (lists and dicts made as needed)."""
+    if not where:
+        return value
+    head, rest = where[0], where[1:]
+    if isinstance(head, int):
+        return [_place(base[0] if isinstance(base, list) and base else None, rest, value)]
+    container = dict(base) if isinstance(base, dict) else {}
+    container[head] = _place(container.get(head), rest, value)
+    return container
+
+
+def _field(where: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in where).replace(NUL, "\\0")
+
+
+@pytest.fixture(scope="module")
+def real_ids(rel_server: Server) -> dict[str, str]:
+    """Ids that exist (alice's), so only the NUL can make a request fail."""
+    with rel_server.http("alice") as http:
+        tid = http.post("/threads", json={}).json()["thread_id"]
+        run = http.post(
+            f"/threads/{tid}/runs/wait", json={"assistant_id": "steps", "input": {"n": 0}}
+        )
+        assert run.status_code == 200, run.text
+        runs = http.get(f"/threads/{tid}/runs").json()
+        state = http.get(f"/threads/{tid}/state").json()
+        cron = http.post(
+            f"/threads/{tid}/runs/crons", json={"assistant_id": "steps", "schedule": "0 3 * * *"}
+        ).json()
+    return {
+        "thread_id": tid,
+        "run_id": runs[0]["run_id"],
+        "checkpoint_id": state["checkpoint"]["checkpoint_id"],
+        "cron_id": cron["cron_id"],
+        "assistant_id": "steps",
+    }
+
+
+def test_a_nul_in_any_string_field_of_the_schema_is_a_422_naming_it(
+    rel_server: Server, http: httpx.Client, figures: Figures, real_ids: dict[str, str]
+) -> None:
+    spec = http.get("/openapi.json").json()
+    tried = failures = 0
+    wrong: list[str] = []
+
+    def check(method: str, path: str, field: str, **kw: Any) -> None:
+        nonlocal tried, failures
+        response = http.request(method, path, **kw)
+        tried += 1
+        figures.nul_inputs_tried += 1
+        if response.status_code >= 500:
+            failures += 1
+            figures.nul_inputs_5xx += 1
+        is_json = "json" in response.headers.get("content-type", "")
+        named = response.json().get("field") if is_json else None
+        if response.status_code != 422 or named != field:
+            wrong.append(f"{method} {path} {field}: {response.status_code} {response.text[:200]}")
+
+    for route, item in spec["paths"].items():
+        for method, op in item.items():
+            if method not in ("get", "post", "put", "patch", "delete"):
+                continue
+            params = op.get("parameters", [])
+            ids = {p["name"]: real_ids.get(p["name"], "x") for p in params if p["in"] == "path"}
+            url = route.format(**ids)
+            query = {
+                p["name"]: _sample(p.get("schema") or {}, spec, p["name"])
+                for p in params
+                if p["in"] == "query" and p.get("required")
+            }
+            body_schema = (
+                op.get("requestBody", {}).get("content", {}).get("application/json", {})
+            ).get("schema")
+            body = _sample(body_schema, spec, "") if body_schema else None
+            for name in ids:
+                check(
+                    method.upper(),
+                    route.format(**{**ids, name: quote(f"x{NUL}y", safe="")}),
+                    name,
+                    params=query,
+                    json=body,
+                )
+            for p in params:
+                if p["in"] == "query" and any(
+                    o.get("type") in ("string", None) and "enum" not in o
+                    for o in _options(p.get("schema") or {}, spec) or [{}]
+                ):
+                    check(
+                        method.upper(),
+                        url,
+                        p["name"],
+                        params={**query, p["name"]: f"x{NUL}y"},
+                        json=body,
+                    )
+            if body_schema:
+                for where, value in _nul_variants(body_schema, spec, ()):
+                    check(
+                        method.upper(),
+                        url,
+                        _field(where),
+                        params=query,
+                        json=_place(body, where, value),
+                    )
+    print(f"\nNUL inputs: {tried} requests, {failures} x 5xx")  # noqa: T201 - the figure
+    assert tried > 200
+    assert failures == 0
+    assert not wrong, "\n".join(wrong[:40])
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/ui/threads/?q=a%00b", "q"),
+        ("/ui/threads/?metadata=k%3Dv%00", "metadata"),
+        ("/ui/threads/?assistant=%00", "assistant"),
+        ("/ui/inbox/?q=%00", "q"),
+        ("/ui/inbox/?tool=t%00", "tool"),
+        ("/ui/audit/?thread=x%00", "thread"),
+        ("/ui/audit/?actor=%00", "actor"),
+        ("/ui/audit/?action=%00", "action"),
+        ("/ui/threads/x%00/", "thread_id"),
+    ],
+)
+def test_a_nul_in_a_dashboard_filter_is_a_400_page_saying_so(
+    rel_server: Server, figures: Figures, path: str, field: str
+) -> None:
+    from contextlib import closing
+
+    from tests.reliability.helpers import dashboard_session
+
+    with closing(dashboard_session(rel_server)) as olga:
+        page = olga.get(path)
+    figures.nul_inputs_tried += 1
+    if page.status_code >= 500:
+        figures.nul_inputs_5xx += 1
+    assert page.status_code == 400, (path, page.status_code, page.text[:300])
+    assert "NUL character" in page.text
+    assert f'data-field="{field}"' in page.text
+    assert "Sign out olga" in page.text  # the dashboard's own page, signed in

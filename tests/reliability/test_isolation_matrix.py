@@ -531,6 +531,23 @@ def _bulk(bob: httpx.Client, olga: httpx.Client, path: str, world: World) -> int
     return _status(post_form(bob, path, {"approve": "", "item": item}), 403)
 
 
+def _tokens(bob: httpx.Client, olga: httpx.Client, path: str, world: World) -> int:
+    """bob's tokens page lists none of olga's tokens, and revoking one of them by its
+    id changes nothing (each user manages only their own)."""
+    theirs = re.findall(r'data-token="(\d+)"', olga.get(path).text)
+    prefixes = re.findall(r"<code>(crg_[^<…]+)…</code>", olga.get(path).text)
+    assert theirs and prefixes
+    page = bob.get(path)
+    assert page.status_code == 200
+    assert not set(re.findall(r'data-token="(\d+)"', page.text)) & set(theirs)
+    assert not any(prefix in page.text for prefix in prefixes)
+    for token_id in theirs:
+        done = post_form(bob, path, {"revoke": "", "token": token_id})
+        assert done.status_code == 302
+    assert re.findall(r'data-token="(\d+)"', olga.get(path).text) == theirs
+    return 1 + len(theirs)
+
+
 DASHBOARD_CASES: dict[str, Callable[[httpx.Client, httpx.Client, str, World], int]] = {
     "home": _home,
     "inbox": _list_page,
@@ -541,6 +558,7 @@ DASHBOARD_CASES: dict[str, Callable[[httpx.Client, httpx.Client, str, World], in
     "rewind_confirm": _operator_only,
     "thread_act": _act,
     "inbox_bulk": _bulk,
+    "tokens": _tokens,
 }
 
 

@@ -37,6 +37,7 @@ from criogen.engine.errors import (
 )
 from criogen.engine.runner import check_durability
 from criogen.engine.state import check_json
+from criogen.outbound import check_webhook_url
 from criogen.runner import enqueue_run, request_stop, start_next
 from criogen.selectors import RunNotFound
 from criogen.services.assistants import resolve_assistant
@@ -113,6 +114,7 @@ def create_run(
         durability / checkpoint_during: see :func:`resolve_durability`.
         multitask_strategy: ``enqueue``, ``reject``, ``interrupt`` or ``rollback``.
         if_not_exists: ``reject`` (unknown thread -> ThreadNotFound) or ``create``.
+        webhook: an http(s) URL the ended run is POSTed to (see criogen.outbound).
         action: ``"retry"`` to continue the thread's failed or interrupted turn.
     Raises:
         InvalidArgument (422, names the field), ThreadNotFound (404),
@@ -145,6 +147,8 @@ def create_run(
         _check_json(value, name)
     if action not in (None, "retry"):
         raise InvalidArgument(f"action is {action!r}; only 'retry' exists.", field="action")
+    # Its form only: the address is checked when the webhook is sent (criogen.outbound).
+    webhook = check_webhook_url(webhook)
 
     run_id = uuid.uuid4()
     kwargs = {

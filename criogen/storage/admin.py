@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 
 from criogen.storage.models import Checkpoint, Thread, Value
@@ -125,6 +127,48 @@ class DeadlineFiringAdmin(admin.ModelAdmin):
         "run",
         "fired_at",
     )
+
+
+# -- outbound calls ------------------------------------------------------------------------
+
+from criogen.storage.models import OutboundAttempt  # noqa: E402
+
+
+@admin.register(OutboundAttempt)
+class OutboundAttemptAdmin(admin.ModelAdmin):
+    list_display = (
+        "created_at",
+        "kind",
+        "target",
+        "attempt",
+        "outcome",
+        "status_code",
+        "duration_ms",
+        "run_id",
+        "thread_id",
+    )
+    list_filter = ("kind", "outcome")
+    search_fields = ("target", "run_id", "thread_id", "cron_id", "error")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    # Written by the sender only: the admin shows them.
+    readonly_fields = (
+        "kind",
+        "target",
+        "attempt",
+        "outcome",
+        "status_code",
+        "error",
+        "duration_ms",
+        "retry_at",
+        "run_id",
+        "thread_id",
+        "cron_id",
+        "created_at",
+    )
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
 
 
 # -- agents: decisions, effect ledger, memory, documents, audit ----------------------------

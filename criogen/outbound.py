@@ -325,9 +325,10 @@ class _Deadline:
         self.seconds = seconds
         self.at = time.monotonic() + seconds
 
-    def left(self, error: type[Exception]) -> float:
+    def left(self, error: type[Exception], *, slack: float = 0.0) -> float:
+        """The seconds left; raise ``error`` when none (or under ``slack``) are."""
         left = self.at - time.monotonic()
-        if left <= 0:
+        if left <= slack:
             raise error(f"the attempt's deadline of {self.seconds:g} s passed")
         return left
 
@@ -342,14 +343,23 @@ class _DeadlineStream(httpcore.NetworkStream):
         self._deadline = deadline
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, timeout=self._deadline.left(httpcore.ReadTimeout))
+        try:
+            return self._inner.read(max_bytes, timeout=self._deadline.left(httpcore.ReadTimeout))
+        except httpcore.ReadTimeout:
+            # Say so when it was the deadline (a socket timeout may fire a hair early).
+            self._deadline.left(httpcore.ReadTimeout, slack=0.05)
+            raise
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         # In chunks: one write call waits per send, so a reader that takes one byte at
         # a time must not stretch a large body past the deadline.
         for start in range(0, len(buffer), self._CHUNK):
             chunk = buffer[start : start + self._CHUNK]
-            self._inner.write(chunk, timeout=self._deadline.left(httpcore.WriteTimeout))
+            try:
+                self._inner.write(chunk, timeout=self._deadline.left(httpcore.WriteTimeout))
+            except httpcore.WriteTimeout:
+                self._deadline.left(httpcore.WriteTimeout, slack=0.05)
+                raise
 
     def close(self) -> None:
         self._inner.close()

@@ -228,7 +228,9 @@ class _Allow:
         return any(ip.version == n.version and ip in n for n in self.networks)
 
 
-def check_address(ip: IPAddress | str, *, allow: Iterable[str] | str | None = None) -> IPAddress:
+def check_address(
+    ip: IPAddress | str, *, allow: Iterable[str] | str | _Allow | None = None
+) -> IPAddress:
     """``ip`` if the policy lets the sender connect to it, else raise OutboundRefused.
 
     ``allow`` is an allow-list in the form of ``CRIOGEN_OUTBOUND_ALLOW`` (default: the

@@ -20,6 +20,7 @@ import pytest
 from django.core import mail
 from django.core.mail.backends.locmem import EmailBackend
 from django.db import transaction
+from django.utils import timezone
 
 from criogen import outbound, runner
 from criogen.engine.errors import InvalidArgument
@@ -425,3 +426,29 @@ def test_the_reminder_email_is_sent_and_recorded_off_the_callers_thread(settings
     )
     assert SpyBackend.threads and threading.current_thread().name not in SpyBackend.threads
     assert all(name.startswith("criogen-outbound") for name in SpyBackend.threads)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("inprocess_runner")
+def test_a_crons_run_webhook_goes_through_the_sender_as_a_cron_call(
+    settings: Any, listener: Listener
+) -> None:
+    from api.crons import fire_due_crons
+    from api.models import Cron
+
+    settings.CRIOGEN_OUTBOUND_ALLOW = []
+    cron = Cron.objects.create(
+        assistant_id="steps",
+        schedule="0 9 * * *",
+        payload={"input": {"n": 0}, "webhook": f"http://localhost:{listener.port}/cron"},
+        on_run_completed="keep",
+        next_run_date=timezone.now() - timedelta(minutes=1),
+    )
+
+    (run_id,) = fire_due_crons()
+    runner.drain(timeout=20)
+    assert outbound.drain(timeout=30)
+
+    assert listener.received == []
+    (row,) = attempts(run_id=run_id)
+    assert (row.kind, row.outcome, row.cron_id) == ("cron", "refused", str(cron.pk))

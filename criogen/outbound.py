@@ -246,6 +246,7 @@ def check_address(
             f"{address} is {reason}; outbound calls to it are refused "
             "(CRIOGEN_OUTBOUND_ALLOW can allow it).",
             address=str(address),
+            reason=reason,
         )
     return address
 
@@ -287,7 +288,12 @@ def resolve_checked(
         for address in addresses:
             check_address(address, allow=allowed)
     except OutboundRefused as exc:
-        raise OutboundRefused(f"{host!r} resolves to {exc.message}", host=host) from None
+        raise OutboundRefused(
+            f"{host!r} resolves to {exc.details['address']}, {exc.details['reason']}; "
+            "outbound calls to it are refused (CRIOGEN_OUTBOUND_ALLOW can allow it).",
+            host=host,
+            **exc.details,
+        ) from None
     return addresses
 
 

@@ -554,6 +554,11 @@ def _submit(call: _Call, delay: float) -> None:
                     max_workers=max(1, int(settings.CRIOGEN_OUTBOUND_WORKERS)),
                     thread_name_prefix="criogen-outbound",
                 )
+                # At exit, drop what is still queued rather than send it all first
+                # (threading's exit hooks run before the pool's own joins its threads).
+                register = getattr(threading, "_register_atexit", None)
+                if register is not None:
+                    register(_stop_sending)
             pool = _pool
     if full:
         logger.warning("the outbound queue is full; dropped the %s call", call.kind)
@@ -568,6 +573,16 @@ def _submit(call: _Call, delay: float) -> None:
         timer.start()
     else:
         _resubmit(pool, call)
+
+
+def _stop_sending() -> None:
+    """The process is exiting: cancel the calls still queued (in the in-process sender
+    they are lost; an attempt in flight ends by its deadline)."""
+    with _lock:
+        pool = _pool
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+    _dns_pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _resubmit(pool: ThreadPoolExecutor, call: _Call) -> None:

@@ -8,11 +8,15 @@ resolvers, and the listeners are on loopback addresses the test allows explicitl
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpcore
@@ -452,3 +456,48 @@ def test_a_crons_run_webhook_goes_through_the_sender_as_a_cron_call(
     assert listener.received == []
     (row,) = attempts(run_id=run_id)
     assert (row.kind, row.outcome, row.cron_id) == ("cron", "refused", str(cron.pk))
+
+
+_EXITING = """
+import sys, time
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from criogen import outbound
+for i in range(20):
+    outbound.send_webhook(kind="run", url=f"http://127.0.0.2:{sys.argv[1]}/", payload={}, run_id=i)
+time.sleep(0.5)
+print("exiting", flush=True)
+"""
+
+
+def test_a_process_exits_within_a_deadline_however_many_calls_wait(tmp_path: Path) -> None:
+    slow = Trickle("127.0.0.2", every=0.3)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "criogen.settings",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'exit.db'}",
+        "CRIOGEN_OUTBOUND_ALLOW": "127.0.0.2",
+        "CRIOGEN_OUTBOUND_DEADLINE_SECONDS": "2",
+        "CRIOGEN_OUTBOUND_WORKERS": "1",
+    }
+    try:
+        with subprocess.Popen(  # noqa: S603 - our own interpreter and code
+            [sys.executable, "-c", _EXITING, str(slow.port)],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as child:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "exiting"
+            started = time.monotonic()
+            assert child.wait(timeout=60) == 0
+            took = time.monotonic() - started
+    finally:
+        slow.close()
+
+    # The attempt in flight ends by its deadline; the 19 queued calls are dropped, not
+    # sent one after the other (that would take 19 deadlines).
+    assert took < 2 + 3, took
+    assert slow.accepted == 1

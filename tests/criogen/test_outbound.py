@@ -458,6 +458,29 @@ def test_a_crons_run_webhook_goes_through_the_sender_as_a_cron_call(
     assert (row.kind, row.outcome, row.cron_id) == ("cron", "refused", str(cron.pk))
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("inprocess_runner")
+def test_a_cron_stored_with_a_malformed_webhook_still_starts_its_runs() -> None:
+    from api.crons import fire_due_crons
+    from api.models import Cron
+
+    Cron.objects.create(
+        assistant_id="steps",
+        schedule="0 9 * * *",
+        payload={"input": {"n": 0}, "webhook": "http://[::1"},
+        on_run_completed="keep",
+        next_run_date=timezone.now() - timedelta(minutes=1),
+    )
+
+    (run_id,) = fire_due_crons()
+
+    from criogen.storage.models import Run
+
+    run = wait_run(run=Run.objects.get(pk=run_id), timeout=20)
+    assert run.status == "success"
+    assert run.kwargs["webhook"] is None
+
+
 _EXITING = """
 import sys, time
 import django

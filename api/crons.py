@@ -27,6 +27,7 @@ from django.utils import timezone
 from api.auth import Principal
 from api.models import Cron
 from criogen.engine.errors import InvalidArgument
+from criogen.outbound import check_webhook_url
 
 __all__ = ["check_schedule", "cron_out", "fire_due_crons", "next_tick", "start_timer"]
 
@@ -157,6 +158,13 @@ def _fire(cron: Cron) -> str:
 
     payload = dict(cron.payload or {})
     metadata = {**(payload.get("metadata") or {}), "cron_id": str(cron.cron_id)}
+    webhook = payload.get("webhook")
+    try:
+        check_webhook_url(webhook)
+    except InvalidArgument:
+        # Stored before webhooks were checked at creation: the run still starts.
+        logger.warning("cron %s has a malformed webhook %r; its run gets none", cron.pk, webhook)
+        webhook = None
     with transaction.atomic():
         run = create_run(
             thread_id=cron.thread_id,
@@ -165,7 +173,7 @@ def _fire(cron: Cron) -> str:
             config=payload.get("config"),
             context=payload.get("context"),
             metadata=metadata,
-            webhook=payload.get("webhook"),
+            webhook=webhook,
             multitask_strategy=payload.get("multitask_strategy") or "enqueue",
             stream_mode=payload.get("stream_mode"),
             durability=payload.get("durability"),

@@ -41,6 +41,7 @@ from django.utils.deprecation import MiddlewareMixin
 
 from api.auth import auth_failures_retry_after
 from api.errors import problem
+from criogen.inputs import BROWSER_PREFIXES, nul_field
 
 __all__ = [
     "API_PREFIXES",
@@ -162,42 +163,6 @@ class _Gate:
 # api.parser (every field the API reads), and the path, the query string and form
 # fields here (path parameters, search filters, the dashboard's forms).
 
-NUL = "\x00"
-BROWSER_PREFIXES = ("/ui/", "/accounts/", "/admin/")
-"""Paths of pages for people (their bad input is answered with a page, not JSON)."""
-
-
-def _nul_field(request: HttpRequest) -> tuple[str, str] | None:
-    """``(field, where)`` of the first NUL the request's path, query or form carries."""
-    path = request.path_info
-    if NUL in path:
-        return _path_parameter(path), "path"
-    for key, values in request.GET.lists():
-        if NUL in key or any(NUL in v for v in values):
-            return key.replace(NUL, "\\0"), "query"
-    if request.method == "POST" and request.content_type in (
-        "application/x-www-form-urlencoded",
-        "multipart/form-data",
-    ):
-        for key, values in request.POST.lists():
-            if NUL in key or any(NUL in v for v in values):
-                return key.replace(NUL, "\\0"), "form"
-    return None
-
-
-def _path_parameter(path: str) -> str:
-    """The name of the path parameter holding the NUL (``thread_id``), else ``path``."""
-    from django.urls import Resolver404, resolve
-
-    try:
-        match = resolve(path)
-    except Resolver404:
-        return "path"
-    for name, value in match.kwargs.items():
-        if NUL in str(value):
-            return str(name)
-    return "path"
-
 
 def _nul_problem(field: str) -> HttpResponse:
     return problem(
@@ -208,48 +173,18 @@ def _nul_problem(field: str) -> HttpResponse:
     )
 
 
-def _nul_page(request: HttpRequest, field: str, where: str) -> HttpResponse:
-    """The dashboard's 400 page for a NUL (sync: it reads the signed-in user)."""
-    from django.shortcuts import render
-
-    from dashboard.views.common import base_context
-
-    what = {"path": "The address", "query": f"The filter {field!r}", "form": f"{field!r}"}[where]
-    user = getattr(request, "user", None)
-    signed_in = user is not None and user.is_authenticated
-    context = base_context(request, "") if signed_in else {"nav": None, "can_act": False}
-    context["message"] = (
-        f"{what} contains a NUL character (\\0), which Criogen cannot search or store. "
-        "Remove it and try again."
-    )
-    context["field"] = field
-    return render(request, "dashboard/bad_input.html", context, status=400)
-
-
 class NulCharacterMiddleware(_Gate):
-    """Refuse a NUL character in the path, query string or form fields: ``422`` with
-    the API's problem body naming the parameter, or a ``400`` page on the dashboard.
-    The check is pure computation (on the event loop under ASGI); only the page, which
-    reads the signed-in user, is rendered off it."""
+    """Refuse a NUL character in the path, query string or form fields of an API
+    request: ``422`` with the API's problem body naming the parameter. Pages for people
+    (:data:`criogen.inputs.BROWSER_PREFIXES`) pass on to the dashboard's own check,
+    which answers with a page. Pure computation: it runs on the event loop."""
 
     @staticmethod
     def refuse(request: HttpRequest) -> HttpResponse | None:
-        found = _nul_field(request)
-        if found is None:
+        if request.path_info.startswith(BROWSER_PREFIXES):
             return None
-        if not request.path_info.startswith(BROWSER_PREFIXES):
-            return _nul_problem(found[0])
-        return _nul_page(request, *found)
-
-    async def _acall(self, request: HttpRequest) -> HttpResponse:
-        found = _nul_field(request)
-        if found is None:
-            return await self.get_response(request)
-        if not request.path_info.startswith(BROWSER_PREFIXES):
-            return _nul_problem(found[0])
-        from asgiref.sync import sync_to_async
-
-        return await sync_to_async(_nul_page)(request, *found)
+        found = nul_field(request)
+        return None if found is None else _nul_problem(found[0])
 
 
 class BodySizeLimitMiddleware(_Gate):

@@ -46,6 +46,15 @@ def envint(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name}={value!r} is not an integer.") from None
 
 
+def envfloat(name: str, default: float) -> float:
+    """A number environment variable (``2.5``); ``default`` when unset."""
+    value = os.environ.get(name, "").strip()
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a number.") from None
+
+
 def envsecret(name: str, *, dev_default: str | None) -> str:
     """A secret: required unless a development default is allowed (DEBUG on)."""
     value = os.environ.get(name)
@@ -96,6 +105,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     # A NUL character in the path, query or form: 422 (API) / 400 page, never a 500.
     "api.middleware.NulCharacterMiddleware",
+    "dashboard.middleware.NulCharacterPageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # An htmx request whose session expired gets a full-page sign-in (HX-Redirect).
@@ -293,6 +303,21 @@ CRIOGEN_TOKEN_TTL_DAYS = envint("CRIOGEN_TOKEN_TTL_DAYS", 0) or None
 # Threads that exist when it is set are not backfilled.
 CRIOGEN_THREAD_TTL = envint("CRIOGEN_THREAD_TTL", 0) or None
 CRIOGEN_THREAD_TTL_STRATEGY = envstr("CRIOGEN_THREAD_TTL_STRATEGY", "delete")
+# --- outbound calls (webhooks, reminder e-mail; docs/security.md "Outbound calls") ---
+# Networks, addresses and host names ("*.corp.example" for subdomains) that webhooks may
+# reach although they are internal (loopback, private, link-local, metadata…), comma-separated.
+CRIOGEN_OUTBOUND_ALLOW = [
+    e.strip() for e in envstr("CRIOGEN_OUTBOUND_ALLOW").split(",") if e.strip()
+]
+# The total time of one attempt, from the name lookup to the response's status line.
+CRIOGEN_OUTBOUND_DEADLINE_SECONDS = envfloat("CRIOGEN_OUTBOUND_DEADLINE_SECONDS", 10.0)
+# Attempts in all (timeouts, network errors, 408, 429, 5xx are retried), and the first
+# backoff (doubled after each attempt).
+CRIOGEN_OUTBOUND_ATTEMPTS = envint("CRIOGEN_OUTBOUND_ATTEMPTS", 4)
+CRIOGEN_OUTBOUND_BACKOFF_SECONDS = envfloat("CRIOGEN_OUTBOUND_BACKOFF_SECONDS", 2.0)
+# The in-process sender: its threads, and how many calls may wait for them.
+CRIOGEN_OUTBOUND_WORKERS = envint("CRIOGEN_OUTBOUND_WORKERS", 4)
+CRIOGEN_OUTBOUND_QUEUE = envint("CRIOGEN_OUTBOUND_QUEUE", 1000)
 # How often the in-process timer fires due crons (seconds); Celery beat does it too.
 CRIOGEN_CRON_TICK_SECONDS = envint("CRIOGEN_CRON_TICK_SECONDS", 10)
 CELERY_BEAT_SCHEDULE["criogen-fire-crons"] = {

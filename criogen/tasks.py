@@ -7,6 +7,8 @@ UPDATE) makes a duplicate delivery harmless.
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 from celery.exceptions import Reject
 
@@ -49,3 +51,15 @@ def fire_deadlines_task() -> dict[str, int]:
     from criogen.services.deadlines import fire_deadlines
 
     return fire_deadlines()
+
+
+@shared_task(name="criogen.tasks.deliver_outbound_task", ignore_result=True)
+def deliver_outbound_task(call: dict[str, Any]) -> None:
+    """One attempt of an outbound call (a webhook or an e-mail, see
+    :mod:`criogen.outbound`); a retryable failure queues the next attempt after its
+    backoff."""
+    from criogen.outbound import deliver_data, next_attempt
+
+    retry_in = deliver_data(call)
+    if retry_in is not None:
+        deliver_outbound_task.apply_async(args=[next_attempt(call)], countdown=retry_in)

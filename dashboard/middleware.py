@@ -21,7 +21,9 @@ from django.shortcuts import resolve_url
 from django.utils.deprecation import MiddlewareMixin
 from django_htmx.http import HttpResponseClientRedirect
 
-__all__ = ["HtmxLoginRedirectMiddleware"]
+from criogen.inputs import BROWSER_PREFIXES, nul_field
+
+__all__ = ["HtmxLoginRedirectMiddleware", "NulCharacterPageMiddleware"]
 
 
 class HtmxLoginRedirectMiddleware(MiddlewareMixin):
@@ -42,3 +44,31 @@ class HtmxLoginRedirectMiddleware(MiddlewareMixin):
         # another origin (current_url_abs_path is None then) is not ours to return to.
         page = htmx.current_url_abs_path or resolve_url("dashboard:inbox")
         return HttpResponseClientRedirect(redirect_to_login(page)["Location"])
+
+
+class NulCharacterPageMiddleware(MiddlewareMixin):
+    """Answer a page request whose path, query or form holds a NUL character with a
+    ``400`` page naming the filter or field (never a 500: PostgreSQL stores no NUL).
+    The API's requests are refused by ``api.middleware.NulCharacterMiddleware``."""
+
+    def process_request(self, request: HttpRequest) -> HttpResponse | None:
+        if not request.path_info.startswith(BROWSER_PREFIXES):
+            return None
+        found = nul_field(request)
+        if found is None:
+            return None
+        from django.shortcuts import render
+
+        from dashboard.views.common import base_context
+
+        field, where = found
+        what = {"path": "The address", "query": f"The filter {field!r}", "form": f"{field!r}"}
+        user = getattr(request, "user", None)
+        signed_in = user is not None and user.is_authenticated
+        context = base_context(request, "") if signed_in else {"nav": None, "can_act": False}
+        context["message"] = (
+            f"{what[where]} contains a NUL character (\\0), which Criogen cannot search or "
+            "store. Remove it and try again."
+        )
+        context["field"] = field
+        return render(request, "dashboard/bad_input.html", context, status=400)

@@ -97,8 +97,9 @@ def thread_id() -> str:
 @pytest.fixture
 def inprocess_runner(settings: object) -> Iterator[object]:
     """The in-process runner with 2 s leases and no background timer; at the end it
-    waits for the runs the test started (they use the test's database)."""
-    from criogen import registry, runner
+    waits for the runs the test started and their outbound calls (they use the test's
+    database)."""
+    from criogen import outbound, registry, runner
 
     settings.CRIOGEN_RUNNER = "inprocess"  # type: ignore[attr-defined]
     settings.CRIOGEN_SWEEP_SECONDS = 0  # type: ignore[attr-defined]
@@ -106,6 +107,7 @@ def inprocess_runner(settings: object) -> Iterator[object]:
     registry.reset()
     yield runner
     assert runner.drain(timeout=60), "runs were still executing after 60 s"
+    assert outbound.drain(timeout=60), "outbound calls were still being sent after 60 s"
     registry.reset()
 
 

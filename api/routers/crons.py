@@ -19,6 +19,7 @@ from api.auth import Principal, principal
 from api.models import Cron
 from api.schemas import MAX_OFFSET, ErrorOut, In, JsonObject, StreamModeName
 from criogen.engine.errors import InvalidArgument
+from criogen.outbound import check_webhook_url
 
 thread_router = Router(tags=["crons"])
 router = Router(tags=["crons"])
@@ -136,6 +137,7 @@ def _create(who: Principal, thread_id: str | None, payload: CronCreateIn) -> dic
     from criogen.services.runs import resolve_durability
 
     _refuse_unsupported(payload)
+    check_webhook_url(payload.webhook)
     schedule = crons.check_schedule(payload.schedule)
     tz = crons.check_timezone(payload.timezone)
     if thread_id is not None:
@@ -241,6 +243,7 @@ def patch_cron(request: HttpRequest, cron_id: str, payload: CronPatchIn) -> dict
 
     cron = crons.load_cron(principal(request), cron_id)
     _refuse_unsupported(payload)
+    check_webhook_url(payload.webhook)
     data = payload.model_dump(exclude_unset=True)
     if "schedule" in data:
         cron.schedule = crons.check_schedule(payload.schedule)

@@ -529,33 +529,43 @@ def _rollback(run: Run) -> None:
 
 
 def _post_webhook(run_id: str) -> None:
-    """POST the ended run, with the thread's state, to the run's ``webhook`` (LangGraph's
-    ``webhook`` parameter). Best effort: a failure is logged, the run stays as it is."""
-    import httpx
+    """Have the ended run, with the thread's state, POSTed to the run's ``webhook``
+    (LangGraph's ``webhook`` parameter) by the outbound sender, off this thread. Best
+    effort: trouble is recorded and logged, never raised (the thread's next run must
+    start whatever happens here)."""
+    from criogen import outbound
 
-    run = Run.objects.get(pk=run_id)
-    url = str(run.kwargs["webhook"])
-    values = None
-    if run.thread_id is not None:
-        head = storage().head(run.thread_id)
-        values = head.state if head is not None else None
-    payload = {
-        "run_id": str(run.run_id),
-        "thread_id": run.thread_id,
-        "assistant_id": str(run.assistant_id),
-        "graph_id": run.graph_id,
-        "status": run.status,
-        "error": run.error,
-        "cancelled_by": run.cancelled_by,
-        "metadata": run.metadata,
-        "created_at": run.created_at.isoformat(),
-        "updated_at": run.updated_at.isoformat(),
-        "values": values,
-    }
     try:
-        httpx.post(url, json=payload, timeout=10.0).raise_for_status()
-    except httpx.HTTPError:
-        logger.exception("the webhook %s of run %s failed", url, run_id)
+        run = Run.objects.get(pk=run_id)
+        values = None
+        if run.thread_id is not None:
+            head = storage().head(run.thread_id)
+            values = head.state if head is not None else None
+        metadata = run.metadata or {}
+        payload = {
+            "run_id": str(run.run_id),
+            "thread_id": run.thread_id,
+            "assistant_id": str(run.assistant_id),
+            "graph_id": run.graph_id,
+            "status": run.status,
+            "error": run.error,
+            "cancelled_by": run.cancelled_by,
+            "metadata": metadata,
+            "created_at": run.created_at.isoformat(),
+            "updated_at": run.updated_at.isoformat(),
+            "values": values,
+        }
+        cron_id = metadata.get("cron_id") if isinstance(metadata, dict) else None
+        outbound.send_webhook(
+            kind="cron" if cron_id else "run",
+            url=str(run.kwargs["webhook"]),
+            payload=payload,
+            run_id=run.run_id,
+            thread_id=run.thread_id,
+            cron_id=cron_id,
+        )
+    except Exception:
+        logger.exception("the webhook of run %s could not be queued", run_id)
 
 
 def start_next(thread_id: str) -> str | None:

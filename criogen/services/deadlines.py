@@ -13,7 +13,7 @@ in a workflow node; an agent puts the same keys on its approval interrupt):
   with;
 - ``remind``: when to remind operators (same formats): an email to every active
   operator with an address (Django's mail settings) and a POST to the webhook of the
-  run that suspended.
+  run that suspended, both sent by :mod:`criogen.outbound`.
 
 :func:`fire_deadlines` applies what is due, each at most once: the
 :class:`~criogen.storage.models.DeadlineFiring` row it inserts (unique per suspension
@@ -29,13 +29,12 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from criogen import outbound
 from criogen.engine.checkpoints import new_id
 from criogen.engine.errors import CriogenError
 from criogen.engine.runner import ActiveRun
@@ -239,10 +238,10 @@ def _remind(head: Any, interrupt: dict[str, Any]) -> bool:
     )
     recipients = _operator_emails()
     if recipients:
-        try:
-            send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients)
-        except Exception:
-            logger.exception("could not email the reminder for %r", head.thread_id)
+        # Sent by the outbound sender, off the sweep's thread, with retries and records.
+        outbound.send_email(
+            subject=subject, body=body, recipients=recipients, thread_id=head.thread_id
+        )
     _post_webhook(head, interrupt, subject)
     storage().record_audit(
         "deadline_reminder",
@@ -275,8 +274,6 @@ def _post_webhook(head: Any, interrupt: dict[str, Any], subject: str) -> None:
     url = (run.kwargs or {}).get("webhook") if run is not None else None
     if not url:
         return
-    import httpx
-
     payload = {
         "event": "reminder",
         "message": subject,
@@ -285,10 +282,9 @@ def _post_webhook(head: Any, interrupt: dict[str, Any], subject: str) -> None:
         "checkpoint_id": head.id,
         "interrupt": interrupt,
     }
-    try:
-        httpx.post(url, json=payload, timeout=5.0).raise_for_status()
-    except httpx.HTTPError:
-        logger.exception("reminder webhook %s failed", url)
+    outbound.send_webhook(
+        kind="reminder", url=url, payload=payload, run_id=run.pk, thread_id=head.thread_id
+    )
 
 
 def _is_uuid(value: Any) -> bool:

@@ -38,6 +38,7 @@ from criogen.engine.errors import (
 from criogen.engine.runner import check_durability
 from criogen.engine.state import check_json
 from criogen.engine.threads import check_door, check_expected
+from criogen.outbound import check_webhook_url
 from criogen.registry import storage
 from criogen.selectors import RunNotFound
 from criogen.services.assistants import resolve_assistant
@@ -121,6 +122,7 @@ def create_run(
         durability / checkpoint_during: see :func:`resolve_durability`.
         multitask_strategy: ``enqueue``, ``reject``, ``interrupt`` or ``rollback``.
         if_not_exists: ``reject`` (unknown thread -> ThreadNotFound) or ``create``.
+        webhook: an http(s) URL the ended run is POSTed to (see criogen.outbound).
         action: ``"retry"`` to continue the thread's failed or interrupted turn.
         by / door: who asks for the run and from where (the audit event of the
             answer or retry names them; the engine writes it with the checkpoint).
@@ -159,6 +161,8 @@ def create_run(
     if action not in (None, "retry"):
         raise InvalidArgument(f"action is {action!r}; only 'retry' exists.", field="action")
     check_door(door)
+    # Its form only: the address is checked when the webhook is sent (criogen.outbound).
+    webhook = check_webhook_url(webhook)
 
     run_id = uuid.uuid4()
     kwargs = {

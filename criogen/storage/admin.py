@@ -129,6 +129,48 @@ class DeadlineFiringAdmin(admin.ModelAdmin):
     )
 
 
+# -- outbound calls ------------------------------------------------------------------------
+
+from criogen.storage.models import OutboundAttempt  # noqa: E402
+
+
+@admin.register(OutboundAttempt)
+class OutboundAttemptAdmin(admin.ModelAdmin):
+    list_display = (
+        "created_at",
+        "kind",
+        "target",
+        "attempt",
+        "outcome",
+        "status_code",
+        "duration_ms",
+        "run_id",
+        "thread_id",
+    )
+    list_filter = ("kind", "outcome")
+    search_fields = ("target", "run_id", "thread_id", "cron_id", "error")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    # Written by the sender only: the admin shows them.
+    readonly_fields = (
+        "kind",
+        "target",
+        "attempt",
+        "outcome",
+        "status_code",
+        "error",
+        "duration_ms",
+        "retry_at",
+        "run_id",
+        "thread_id",
+        "cron_id",
+        "created_at",
+    )
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+
 # -- agents: decisions, effect ledger, memory, documents, audit ----------------------------
 
 from criogen.storage.models import AuditEvent, Decision, Document, Effect, MemoryFact  # noqa: E402

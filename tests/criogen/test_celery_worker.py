@@ -151,6 +151,9 @@ def cluster(postgres_url: str, tmp_path: Path, django_db_blocker: Any) -> Iterat
         "CELERY_TASK_DEFAULT_QUEUE": queue,
         "CRIOGEN_RUNNER": "celery",
         "CRIOGEN_LEASE_SECONDS": str(LEASE),
+        # Webhook tests listen on 127.0.0.2; every other internal address stays refused.
+        "CRIOGEN_OUTBOUND_ALLOW": "127.0.0.2",
+        "CRIOGEN_OUTBOUND_BACKOFF_SECONDS": "0.2",
         "DJANGO_SETTINGS_MODULE": "criogen.settings",
         "PYTHONUNBUFFERED": "1",
     }
@@ -271,3 +274,31 @@ def test_a_worker_sent_sigterm_finishes_its_step_and_hands_the_run_back(
 
 def _name_of(cluster: Cluster, proc: subprocess.Popen[bytes]) -> str:
     return proc.args[proc.args.index("-n") + 1].split("@")[0]  # type: ignore[union-attr,index]
+
+
+def test_webhooks_are_sent_and_retried_by_celery_tasks(cluster: Cluster) -> None:
+    from criogen.storage.models import OutboundAttempt
+    from tests.listeners import Listener
+
+    hook = Listener("127.0.0.2", statuses=[503])
+    try:
+        thread_id = f"hook-{uuid.uuid4().hex[:8]}"
+        url = f"http://127.0.0.2:{hook.port}/hook"
+        run_id = cluster.create_run(thread_id, input={"n": 0}, webhook=url)
+        refused_id = cluster.create_run(
+            f"hook-{uuid.uuid4().hex[:8]}", input={"n": 0}, webhook="http://127.0.0.1:9/x"
+        )
+        rows = OutboundAttempt.objects.using(cluster.alias).order_by("attempt")
+        cluster.wait("two attempts", lambda: rows.filter(run_id=run_id).count() == 2)
+        cluster.wait("the refusal", lambda: rows.filter(run_id=refused_id).exists())
+    finally:
+        hook.close()
+
+    assert [(r.attempt, r.outcome, r.status_code) for r in rows.filter(run_id=run_id)] == [
+        (1, "failed", 503),
+        (2, "delivered", 204),
+    ]
+    assert [h["body"]["run_id"] for h in hook.received] == [run_id, run_id]
+    assert [r.outcome for r in rows.filter(run_id=refused_id)] == ["refused"]
+    logs = "".join(p.read_text(errors="replace") for p in cluster.logs.glob("w*.log"))
+    assert "criogen.tasks.deliver_outbound_task" in logs

@@ -11,7 +11,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from criogen import runner
+from criogen import outbound, runner
 from criogen.engine.errors import RunCancelled, ThreadBusy
 from criogen.events import INBOX_GROUP, run_group, thread_group
 from criogen.registry import get_graph
@@ -359,7 +359,9 @@ def test_it_sends_checkpoint_and_run_events_to_the_thread_run_and_inbox_groups(
     assert [e["status"] for e in _received(run_channel)][-1] == "interrupted"
 
 
-def test_an_ended_run_is_posted_to_its_webhook_with_the_state(thread_id: str) -> None:
+def test_an_ended_run_is_posted_to_its_webhook_with_the_state(
+    thread_id: str, settings: Any
+) -> None:
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -375,12 +377,16 @@ def test_an_ended_run_is_posted_to_its_webhook_with_the_state(thread_id: str) ->
         def log_message(self, *args: Any) -> None:
             pass
 
+    # Loopback is refused by default (docs/security.md, "Outbound calls"): this test's
+    # listener is allowed explicitly.
+    settings.CRIOGEN_OUTBOUND_ALLOW = ["127.0.0.1"]
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_port}/done"
         run = finish(start(thread_id, input={"n": 0}, webhook=url))
         runner.drain(timeout=10)
+        assert outbound.drain(timeout=30)
     finally:
         server.shutdown()
         server.server_close()

@@ -58,6 +58,9 @@ class Figures:
     csrf_checks_passed: int = 0
     escaping_checks_passed: int = 0
     encryption_checks_passed: int = 0
+    webhooks_to_internal_addresses_tried: int = 0
+    webhooks_to_internal_addresses_refused: int = 0
+    webhooks_to_internal_addresses_delivered: int = 0
 
 
 FIGURES = Figures()

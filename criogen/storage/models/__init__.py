@@ -4,6 +4,7 @@ Django finds its models."""
 from __future__ import annotations
 
 from criogen.storage.models.agents import AuditEvent, Decision, Document, Effect, MemoryFact
+from criogen.storage.models.outbound import OutboundAttempt
 from criogen.storage.models.runs import Assistant, DeadlineFiring, Run
 from criogen.storage.models.threads import Checkpoint, Thread, Value
 
@@ -16,6 +17,7 @@ __all__ = [
     "Document",
     "Effect",
     "MemoryFact",
+    "OutboundAttempt",
     "Run",
     "Thread",
     "Value",

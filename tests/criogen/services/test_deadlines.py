@@ -14,7 +14,7 @@ from django.contrib.auth.models import Permission, User
 from django.core import mail
 from django.utils import timezone
 
-from criogen import registry, runner
+from criogen import outbound, registry, runner
 from criogen.registry import get_graph
 from criogen.selectors import thread_status
 from criogen.services.deadlines import _resume_value, fire_deadlines, parse_when
@@ -53,7 +53,8 @@ def suspend_with(thread_id: str, webhook: str | None = None, **options: Any) -> 
     )
     run = wait_run(run=run, timeout=10)
     assert run.status == "interrupted"
-    runner.drain(timeout=10)  # the run's own webhook is posted after its status
+    runner.drain(timeout=10)
+    assert outbound.drain(timeout=30)  # the run's own webhook is posted after its status
     return run
 
 
@@ -172,9 +173,11 @@ def webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
 
 
 def test_a_reminder_emails_the_operators_and_posts_the_runs_webhook_once(
-    thread_id: str, webhook: tuple[str, list[dict[str, Any]]]
+    thread_id: str, webhook: tuple[str, list[dict[str, Any]]], settings: Any
 ) -> None:
     url, received = webhook
+    # Loopback is refused by default: this test's listener is allowed explicitly.
+    settings.CRIOGEN_OUTBOUND_ALLOW = ["127.0.0.1"]
     User.objects.create_user("boss", email="boss@example.com", is_staff=True)
     operator = User.objects.create_user("op", email="op@example.com")
     operator.user_permissions.add(Permission.objects.get(codename="operate"))
@@ -183,6 +186,7 @@ def test_a_reminder_emails_the_operators_and_posts_the_runs_webhook_once(
 
     assert fire_deadlines(now=after(timedelta(hours=2))) == {"defaults": 0, "reminders": 1}
     assert fire_deadlines(now=after(timedelta(hours=3))) == {"defaults": 0, "reminders": 0}
+    assert outbound.drain(timeout=30)  # the e-mail and the webhook leave off this thread
 
     (email,) = mail.outbox
     assert sorted(email.to) == ["boss@example.com", "op@example.com"]

@@ -38,8 +38,10 @@ from django.contrib.auth import (
 )
 from django.contrib.auth.models import Group
 from django.contrib.auth.signals import user_logged_out
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
+from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
 from criogen import events
@@ -79,12 +81,11 @@ def session_user(session_key: str) -> tuple[Any | None, datetime | None]:
     :func:`django.contrib.auth.get_user`, without its writes (it would flush or re-key
     the browser's session from here).
     """
-    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    data = store.load()
+    data, expires = _session_data(session_key)
     try:
         user_id = get_user_model()._meta.pk.to_python(data[SESSION_KEY])
         backend_path = data[BACKEND_SESSION_KEY]
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, ValidationError):
         return None, None
     if backend_path not in settings.AUTHENTICATION_BACKENDS:
         return None, None
@@ -95,19 +96,32 @@ def session_user(session_key: str) -> tuple[Any | None, datetime | None]:
     hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
     if not session_hash or not any(constant_time_compare(session_hash, h) for h in hashes):
         return None, None
-    return user, _expiry(store, session_key, data)
+    return user, expires
 
 
-def _expiry(store: Any, session_key: str, data: dict[str, Any]) -> datetime | None:
-    """The session's expiry: the database row's for database-backed sessions (the
-    default), else what the session's own data says."""
+def _session_data(session_key: str) -> tuple[dict[str, Any], datetime | None]:
+    """The session's data and expiry; ``({}, None)`` when it is gone or expired.
+
+    Database-backed sessions (the default) are read in one query, data and expiry date
+    together; other backends through their ``load()``.
+    """
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     model = getattr(store, "get_model_class", None)
-    if model is not None:
-        row = model().objects.filter(session_key=session_key).values_list("expire_date")
-        found = row.first()
-        return found[0] if found else None
-    expiry: datetime | None = store.get_expiry_date(expiry=data.get("_session_expiry"))
-    return expiry
+    if model is None:
+        data = store.load()
+        if not data:
+            return {}, None
+        expires: datetime | None = store.get_expiry_date(expiry=data.get("_session_expiry"))
+        return data, expires
+    row = (
+        model()
+        .objects.filter(session_key=session_key, expire_date__gt=timezone.now())
+        .values_list("session_data", "expire_date")
+        .first()
+    )
+    if row is None:
+        return {}, None
+    return store.decode(row[0]), row[1]
 
 
 # -- the messages ------------------------------------------------------------------------

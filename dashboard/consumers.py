@@ -75,6 +75,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.has_session = session is not None
         self.expires_at: datetime | None = None
         self.can_act = await database_sync_to_async(can_operate)(user)
+        self.flags = (user.is_staff, user.is_superuser)
         self.query = QueryDict(self.scope.get("query_string", b"").decode())
         cookies = self.scope.get("cookies") or {}
         # Partials with forms render {% csrf_token %}; the cookie's secret is a valid token.
@@ -121,9 +122,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
             logger.info("live socket of user %s closed (%d)", getattr(self.user, "pk", "?"), code)
 
     # -- staying signed in -----------------------------------------------------------------
-    def check_access(self) -> int | None:
+    def check_access(self, *, rights: bool = True) -> int | None:
         """None while this socket may stay open, else the code to close it with (runs in
-        a worker thread: it reads the session and the user afresh)."""
+        a worker thread: it reads the session and the user afresh).
+
+        Before each push (``rights=False``) this is two indexed reads (the session with
+        its expiry, the user): the user's permissions and the page's thread are read
+        again only when the user's staff flags moved, on ``user.changed`` and at expiry;
+        the render itself finds a thread gone.
+        """
         if self.has_session:
             if not self.session_key:
                 return SIGNED_OUT
@@ -132,10 +139,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
             user = get_user_model().objects.filter(pk=self.user.pk, is_active=True).first()
         if user is None or user.pk != self.user.pk:
             return SIGNED_OUT
-        if can_operate(user) != self.can_act:
-            return RIGHTS_CHANGED
-        self.user = user  # its permissions as of now, for the renders
-        return None if self.still_visible() else NOT_VISIBLE
+        flags = (user.is_staff, user.is_superuser)
+        if rights or flags != self.flags:
+            if can_operate(user) != self.can_act:
+                return RIGHTS_CHANGED
+            self.flags = flags
+            self.user = user  # its permissions as of now, for the renders
+            if not self.still_visible():
+                return NOT_VISIBLE
+        return None
 
     def still_visible(self) -> bool:
         """The page's subject is still visible to ``self.user`` (worker thread)."""
@@ -197,10 +209,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=result)
 
     def _checked_render(self, full: bool, checked: bool) -> str | int:
-        code = None if checked else self.check_access()
+        code = None if checked else self.check_access(rights=False)
         if code is not None:
             return code
-        return self.render() if full else self.render_nav()
+        try:
+            return self.render() if full else self.render_nav()
+        except Http404:  # the page's thread is gone, or no longer visible
+            return NOT_VISIBLE
 
     def schedule(self, *, full: bool = True) -> None:
         """Re-render soon (the whole page, or only the nav count); events arriving

@@ -255,3 +255,20 @@ async def test_the_close_messages_cross_the_redis_channel_layer(
     assert await closed_with(inbox) == 4401  # session.ended
     await database_sync_to_async(_deactivate)(operator2)
     assert await closed_with(nav) == 4401  # user.changed
+
+
+@pytest.mark.parametrize(
+    ("made_operator", "update", "code"),
+    [("staff", {"is_staff": False}, 4403), ("staff", {"is_active": False}, 4401)],
+    indirect=["made_operator"],
+)
+async def test_a_change_made_without_signals_closes_the_socket_at_the_next_event(
+    made_operator, update, code, suspended_workflow
+) -> None:
+    """``QuerySet.update()`` sends no signal: the check before the next push catches it."""
+    browser = await database_sync_to_async(sign_in)(made_operator)
+    inbox = await open_socket("/ws/ui/inbox/", browser)
+    await database_sync_to_async(User.objects.filter(pk=made_operator.pk).update)(**update)
+    assert await inbox.receive_nothing(timeout=0.5)  # no message: nothing knows yet
+    await database_sync_to_async(suspended_workflow)()
+    assert await closed_with(inbox) == code

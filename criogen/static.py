@@ -8,8 +8,9 @@ writes; with ``DEBUG`` on it finds files through the finders, as runserver does.
 
 WhiteNoise's middleware is sync-only: in the site's async middleware chain every page
 would cross to a thread and back for it. :class:`StaticFilesMiddleware` is the same
-middleware, async: the lookup is a dict read on the event loop, and only a static file's
-read goes to a thread. The REST API's own chain leaves it out (api.middleware).
+middleware, async under ASGI: the lookup is a dict read on the event loop, and only a
+static file's read goes to a thread (under WSGI it is WhiteNoise's, unchanged). The
+REST API's own chain leaves it out (api.middleware).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import markcoroutinefunction
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings as django_settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from whitenoise.middleware import WhiteNoiseMiddleware  # type: ignore[import-untyped]
@@ -29,18 +30,20 @@ logger = logging.getLogger("criogen.static")
 
 
 class StaticFilesMiddleware(WhiteNoiseMiddleware):  # type: ignore[misc]
-    """WhiteNoise's middleware as an async middleware (see the module docstring)."""
+    """WhiteNoise's middleware, async under ASGI (see the module docstring)."""
 
-    sync_capable = False
+    sync_capable = True  # under WSGI (and Django's test client): WhiteNoise as it is
     async_capable = True
 
     def __init__(
         self,
-        get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]],
+        get_response: Callable[[HttpRequest], Any],
         settings: Any = django_settings,
     ) -> None:
         super().__init__(get_response, settings)
-        markcoroutinefunction(self)
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
 
     def add_files(self, root: str, prefix: str | None = None) -> None:
         # WhiteNoise says "No directory at" with warnings.warn, which a server rarely
@@ -53,9 +56,20 @@ class StaticFilesMiddleware(WhiteNoiseMiddleware):  # type: ignore[misc]
             return
         super().add_files(root, prefix)
 
-    async def __call__(self, request: HttpRequest) -> HttpResponseBase:  # type: ignore[override]
-        if self.autorefresh:  # DEBUG: look on disk, on a thread
-            static_file = await asyncio.to_thread(self.find_file, request.path_info)
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.async_mode:
+            return self.__acall__(request)
+        return super().__call__(request)
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        if self.autorefresh:  # DEBUG: look on disk, on a thread, under a static prefix
+            path = request.path_info
+            prefixes = [prefix for _, prefix in self.directories]
+            if self.use_finders:
+                prefixes.append(self.static_prefix)
+            static_file = None
+            if any(path.startswith(p) for p in prefixes):
+                static_file = await asyncio.to_thread(self.find_file, path)
         else:
             static_file = self.files.get(request.path_info)
         if static_file is None:

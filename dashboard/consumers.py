@@ -158,7 +158,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         because the browser used it meanwhile, keeps the socket open)."""
         while self.expires_at is not None:
             wait = (self.expires_at - timezone.now()).total_seconds()
-            # Wake at the expiry (at most daily, at least a second apart).
+            # Wake just after the expiry (sleeping at most a day at a time).
             await asyncio.sleep(min(max(wait, 0) + 0.05, 86400))
             if self.expires_at - timezone.now() > timedelta(0):
                 continue

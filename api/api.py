@@ -15,6 +15,7 @@ api = NinjaAPI(
     description="LangGraph Platform compatible: threads, runs, assistants, store.",
     auth=auth_backends(),
     urls_namespace="api",
+    # Swagger UI from django-ninja's bundled static files ("ninja" in INSTALLED_APPS), no CDN.
     docs_url="/docs",
     openapi_url="/openapi.json",
     parser=StrictJsonParser(),

@@ -294,12 +294,13 @@ def _requested_headers(request: HttpRequest) -> list[str]:
 # also runs sync views: under ASGI every request would hop to that thread and back twice
 # per middleware, and queue behind whatever it is doing. criogen.asgi serves the API's
 # paths with the chain below instead: the same middleware, less those that only serve
-# browsers (sessions, CSRF, the signed-in user, messages: a token-authenticated API
+# browsers (static files, sessions, CSRF, the signed-in user, messages: a token-authenticated API
 # never reads or sets a cookie, so they add nothing to its responses), and Django's
 # header middleware called inline on the event loop (their hooks are pure computation).
 
 BROWSER_ONLY = frozenset(
     {
+        "criogen.static.StaticFilesMiddleware",
         "django.contrib.sessions.middleware.SessionMiddleware",
         "django.middleware.csrf.CsrfViewMiddleware",
         "django.contrib.auth.middleware.AuthenticationMiddleware",

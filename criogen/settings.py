@@ -82,6 +82,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "corsheaders",  # its system checks validate the CORS_* settings below
+    # Its templates and static files: the API docs' Swagger UI without a CDN.
+    "ninja",
     "django_htmx",
     "template_partials",
     "criogen.storage",
@@ -94,6 +96,8 @@ MIDDLEWARE = [
     # CORS for the REST API's paths only: preflights are answered here, before the
     # guards below, authentication and routing; the guards' 413/429 get the headers.
     "api.middleware.CorsMiddleware",
+    # Static files (WhiteNoise, async): Daphne and uvicorn serve none themselves.
+    "criogen.static.StaticFilesMiddleware",
     # Refuse oversized bodies (413) before anything reads them.
     "api.middleware.BodySizeLimitMiddleware",
     # 429 for a client IP after too many bad API tokens (counted in api.auth).
@@ -182,7 +186,13 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "var" / "static"
+# ``manage.py collectstatic`` copies every static file here; the application serves them
+# from here when DEBUG is off (criogen.static), with gzip copies made at collection.
+STATIC_ROOT = Path(envstr("STATIC_ROOT", str(BASE_DIR / "var" / "static")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 # Security: on by default outside DEBUG (``manage.py check --deploy`` stays clean).
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG)

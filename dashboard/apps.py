@@ -14,6 +14,11 @@ class DashboardConfig(AppConfig):
 
         user_logged_out.connect(say_signed_out, dispatch_uid="dashboard.say_signed_out")
 
+        from dashboard.access import connect_receivers
+
+        # Sign-out, deactivation and demotion close the user's live sockets.
+        connect_receivers()
+
 
 def say_signed_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     """Tell the sign-in page (where ``LOGOUT_REDIRECT_URL`` lands) that it worked."""

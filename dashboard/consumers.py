@@ -9,25 +9,43 @@ htmx ws extension swaps every top-level element into the element with the same i
 
 A burst of events (a run writing many checkpoints) is coalesced: while one render is
 in flight, further events only mark the page dirty, and one more render follows.
+
+A socket lives only as long as the session it was opened with (see access.py): it
+joins its user's and its session's groups, closes on ``session.ended`` (sign-out),
+checks again on ``user.changed`` (deactivation, demotion, password change), before
+every push, and when the session's expiry date passes. Close codes: 4401 signed out
+(the page needs a new sign-in), 4403 the user's rights changed (reload), 4404 the page's
+thread is no longer visible.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.http import Http404, QueryDict
 from django.template.loader import render_to_string
+from django.utils import timezone
 
 from criogen.events import INBOX_GROUP, thread_group
+from dashboard.access import session_group, session_user, user_group
 from dashboard.data import InboxFilters, can_operate, get_thread_for_user, inbox_count
 
 logger = logging.getLogger("criogen.dashboard")
+
+SIGNED_OUT = 4401
+"""Close code: the session ended or no longer signs this user in."""
+RIGHTS_CHANGED = 4403
+"""Close code: the user may now do more or less than the page shows."""
+NOT_VISIBLE = 4404
+"""Close code: the page's thread is not (or no longer) visible to the user."""
 
 
 def _oob(html: str) -> str:
@@ -42,34 +60,124 @@ class LiveConsumer(AsyncWebsocketConsumer):
     groups_to_join: list[str]
 
     async def connect(self) -> None:
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        self._expiry_task: asyncio.Task[None] | None = None
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.close(code=SIGNED_OUT)
             return
         self.user = user
+        # Without a session in the scope (a consumer mounted without the session
+        # middleware, as in some tests) only the user row is checked.
+        session = self.scope.get("session")
+        self.session_key: str | None = session.session_key if session is not None else None
+        self.has_session = session is not None
+        self.expires_at: datetime | None = None
         self.can_act = await database_sync_to_async(can_operate)(user)
+        self.flags = (user.is_staff, user.is_superuser)
         self.query = QueryDict(self.scope.get("query_string", b"").decode())
         cookies = self.scope.get("cookies") or {}
         # Partials with forms render {% csrf_token %}; the cookie's secret is a valid token.
         self.csrf_token = cookies.get(settings.CSRF_COOKIE_NAME, "")
         self._dirty = False
         self._full = False
-        self._task: asyncio.Task[None] | None = None
         if not await self.setup():
-            await self.close(code=4404)
+            await self.close(code=NOT_VISIBLE)
             return
-        self.groups_to_join = self.page_groups()
+        self.groups_to_join = [*self.page_groups(), user_group(user.pk)]
+        if self.session_key:
+            self.groups_to_join.append(session_group(self.session_key))
         for group in self.groups_to_join:
             await self.channel_layer.group_add(group, self.channel_name)
+        # Joined first, checked second: a sign-out between the scope's session load and
+        # the group_add is caught here; one after it reaches the group.
+        code = await database_sync_to_async(self.check_access)()
+        if code is not None:
+            await self.end(code, accepted=False)
+            return
         await self.accept()
-        await self.push()
+        self._expiry_task = asyncio.ensure_future(self._close_on_expiry())
+        await self.push(checked=True)
 
     async def disconnect(self, code: int) -> None:
-        for group in getattr(self, "groups_to_join", []):
+        await self._leave()
+
+    async def _leave(self) -> None:
+        groups, self.groups_to_join = getattr(self, "groups_to_join", []), []
+        for group in groups:
             await self.channel_layer.group_discard(group, self.channel_name)
-        task = getattr(self, "_task", None)
-        if task is not None:
-            task.cancel()
+        for task in (getattr(self, "_task", None), getattr(self, "_expiry_task", None)):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+
+    async def end(self, code: int, *, accepted: bool = True) -> None:
+        """Close the socket with ``code`` and stop everything it would still send."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._leave()
+        await self.close(code=code)
+        if accepted:
+            logger.info("live socket of user %s closed (%d)", getattr(self.user, "pk", "?"), code)
+
+    # -- staying signed in -----------------------------------------------------------------
+    def check_access(self, *, rights: bool = True) -> int | None:
+        """None while this socket may stay open, else the code to close it with (runs in
+        a worker thread: it reads the session and the user afresh).
+
+        Before each push (``rights=False``) this is two indexed reads (the session with
+        its expiry, the user): the user's permissions and the page's thread are read
+        again only when the user's staff flags moved, on ``user.changed`` and at expiry;
+        the render itself finds a thread gone.
+        """
+        if self.has_session:
+            if not self.session_key:
+                return SIGNED_OUT
+            user, self.expires_at = session_user(self.session_key)
+        else:
+            user = get_user_model().objects.filter(pk=self.user.pk, is_active=True).first()
+        if user is None or user.pk != self.user.pk:
+            return SIGNED_OUT
+        flags = (user.is_staff, user.is_superuser)
+        if rights or flags != self.flags:
+            if can_operate(user) != self.can_act:
+                return RIGHTS_CHANGED
+            self.flags = flags
+            self.user = user  # its permissions as of now, for the renders
+            if not self.still_visible():
+                return NOT_VISIBLE
+        return None
+
+    def still_visible(self) -> bool:
+        """The page's subject is still visible to ``self.user`` (worker thread)."""
+        return True
+
+    async def _close_on_expiry(self) -> None:
+        """Close the socket when its session expires (a session whose expiry moved on,
+        because the browser used it meanwhile, keeps the socket open)."""
+        while self.expires_at is not None:
+            wait = (self.expires_at - timezone.now()).total_seconds()
+            # Wake just after the expiry (sleeping at most a day at a time).
+            await asyncio.sleep(min(max(wait, 0) + 0.05, 86400))
+            if self.expires_at - timezone.now() > timedelta(0):
+                continue
+            code = await database_sync_to_async(self.check_access)()
+            if code is not None:
+                await self.end(code)
+                return
+            if self.expires_at is not None and self.expires_at <= timezone.now():
+                await asyncio.sleep(1)  # a backend that keeps an expired session a moment
+
+    async def session_ended(self, event: dict[str, Any]) -> None:
+        await self.end(SIGNED_OUT)
+
+    async def user_changed(self, event: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        code = await database_sync_to_async(self.check_access)()
+        if code is not None:
+            await self.end(code)
 
     async def setup(self) -> bool:
         """Load what the page is about; False refuses the connection."""
@@ -89,13 +197,31 @@ class LiveConsumer(AsyncWebsocketConsumer):
     def context(self, extra: dict[str, Any]) -> dict[str, Any]:
         return {"user": self.user, "can_act": self.can_act, "csrf_token": self.csrf_token, **extra}
 
-    async def push(self, *, full: bool = True) -> None:
-        html = await database_sync_to_async(self.render if full else self.render_nav)()
-        await self.send(text_data=html)
+    async def push(self, *, full: bool = True, checked: bool = False) -> None:
+        """Check the session and user (unless just ``checked``), render, send: a socket
+        whose session ended between two events closes instead of sending."""
+        result = await database_sync_to_async(self._checked_render)(full, checked)
+        if self._closed:  # closed while rendering
+            return
+        if isinstance(result, int):
+            await self.end(result)
+            return
+        await self.send(text_data=result)
+
+    def _checked_render(self, full: bool, checked: bool) -> str | int:
+        code = None if checked else self.check_access(rights=False)
+        if code is not None:
+            return code
+        try:
+            return self.render() if full else self.render_nav()
+        except Http404:  # the page's thread is gone, or no longer visible
+            return NOT_VISIBLE
 
     def schedule(self, *, full: bool = True) -> None:
         """Re-render soon (the whole page, or only the nav count); events arriving
         meanwhile fold into one more render."""
+        if self._closed:
+            return
         self._full = self._full or full
         if self._task is not None and not self._task.done():
             self._dirty = True
@@ -103,7 +229,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self._task = asyncio.ensure_future(self._render_loop())
 
     async def _render_loop(self) -> None:
-        while True:
+        while not self._closed:
             self._dirty = False
             full, self._full = self._full, False
             try:
@@ -161,6 +287,13 @@ class ThreadConsumer(LiveConsumer):
 
     def page_groups(self) -> list[str]:
         return [thread_group(self.thread_id), INBOX_GROUP]
+
+    def still_visible(self) -> bool:
+        try:
+            get_thread_for_user(self.user, self.thread_id)
+        except Http404:
+            return False
+        return True
 
     async def checkpoint_written(self, event: dict[str, Any]) -> None:
         # The inbox group brings other threads' suspensions: they change only the count.

@@ -13,7 +13,30 @@
     document.body.dataset.live = on ? "open" : "closed";
   }
   document.addEventListener("htmx:wsOpen", function () { live(true, "live"); });
-  document.addEventListener("htmx:wsClose", function () { live(false, "reconnecting…"); });
+  // The server closes a page's socket for good (the extension does not reconnect on
+  // these codes) when its session ended (4401: sign-out, expiry, deactivation), the
+  // user's rights changed (4403) or the thread is no longer visible (4404).
+  var ENDED = {
+    4401: "Signed out: live updates stopped. Sign in again",
+    4403: "Your access changed: reload the page",
+    4404: "This thread is no longer visible to you"
+  };
+  document.addEventListener("htmx:wsClose", function (ev) {
+    var code = ev.detail && ev.detail.event ? ev.detail.event.code : 0;
+    if (!ENDED[code]) { live(false, "reconnecting…"); return; }
+    live(false, "");
+    document.body.dataset.live = "ended";
+    document.body.dataset.liveClosed = String(code);
+    var el = document.getElementById("live-status");
+    if (!el) return;
+    var link = document.createElement("a");
+    link.textContent = ENDED[code];
+    link.href = code === 4401
+      ? "/accounts/login/?next=" + encodeURIComponent(location.pathname + location.search)
+      : location.href;
+    el.appendChild(link);
+    el.setAttribute("role", "alert");
+  });
   // The ws extension's default waits up to 64 s between attempts, so a page could stay
   // stale for a minute after the server or its Redis is back. At most 5 s, jittered so
   // that many pages do not all reconnect at once; each reconnect re-syncs the page.

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -34,7 +34,9 @@ from django.db import connections
 
 from criogen import events
 from criogen.services.runs import ENDED
-from criogen.storage.models import Run
+
+if TYPE_CHECKING:
+    from criogen.storage.models import Run
 
 __all__ = ["db", "max_age", "pool_size", "wait_for_run"]
 

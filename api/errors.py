@@ -26,29 +26,19 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from criogen.engine.errors import (
+    Conflict,
     CriogenError,
     InvalidArgument,
     InvalidGraph,
     InvalidSnapshot,
     InvalidState,
+    NotFound,
     ThreadError,
 )
 
 __all__ = ["Conflict", "NotFound", "TokenExpired", "register_exception_handlers", "status_for"]
 
 logger = logging.getLogger("api")
-
-
-class NotFound(CriogenError):
-    """An id the caller may not see, or that does not exist (the two look the same)."""
-
-    code = "not_found"
-
-
-class Conflict(CriogenError):
-    """The request conflicts with what exists (``if_exists="raise"`` on a known id…)."""
-
-    code = "conflict"
 
 
 class TokenExpired(CriogenError):

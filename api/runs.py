@@ -31,19 +31,19 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, get_args
-
-from django.utils import timezone
+from typing import TYPE_CHECKING, Any, get_args
 
 from api import threads
 from api.aio import db
 from api.auth import Principal
 from api.schemas import StreamModeName
+from criogen import selectors
 from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.errors import InvalidArgument
 from criogen.services.runs import ENDED
-from criogen.storage.models import Checkpoint as CheckpointRow
-from criogen.storage.models import Run, Thread
+
+if TYPE_CHECKING:
+    from criogen.storage.models import Run
 
 __all__ = [
     "RESULT_FIELDS",
@@ -168,26 +168,18 @@ def run_result(run: Run) -> dict[str, Any]:
 
 def load_run(who: Principal, thread_id: str, run_id: str) -> Run:
     """The run on a thread the caller may see (404 otherwise)."""
-    from criogen.selectors import get_run
-
     threads.load_thread(who, thread_id)
-    return get_run(run_id=run_id, thread_id=thread_id)
+    return selectors.get_run(run_id=run_id, thread_id=thread_id)
 
 
 def claim_owner(who: Principal, thread_id: str | None, *, created: bool) -> None:
     """For a thread a run has just created (``if_not_exists="create"``, stateless):
     record the caller as ``owner`` and give it the server's default TTL."""
+    from criogen.services.threads import claim_thread
+
     if thread_id is None or not created:
         return
-    row = Thread.objects.filter(pk=thread_id).first()
-    if row is None:
-        return
-    if who.name is not None and "owner" not in (row.metadata or {}):
-        row.metadata = {**(row.metadata or {}), "owner": who.name}
-    ttl = threads.default_ttl()
-    if row.ttl_minutes is None and ttl is not None:
-        threads.apply_ttl(row, ttl)
-    row.save(update_fields=["metadata", "ttl_minutes", "ttl_strategy", "expires_at"])
+    claim_thread(thread_id=thread_id, owner=who.user)
 
 
 # -- streaming ------------------------------------------------------------------------
@@ -205,11 +197,7 @@ def _default(value: Any) -> Any:
 
 
 def _new_checkpoints(thread_id: str, run_id: str, after: int) -> list[Checkpoint]:
-    versions = list(
-        CheckpointRow.objects.filter(thread_id=thread_id, run_id=run_id, version__gt=after)
-        .order_by("version")
-        .values_list("id", flat=True)
-    )
+    versions = selectors.run_checkpoint_ids(thread_id=thread_id, run_id=run_id, after=after)
     store = threads.storage()
     return [store.get_checkpoint(thread_id, cid) for cid in versions]
 
@@ -386,7 +374,7 @@ async def sse_stream(
             if event.get("type") == "checkpoint.written" and event.get("run_id") == run_id:
                 known_updates[str(event.get("checkpoint_id"))] = event.get("updates") or {}
         ended = True
-        run = await db(Run.objects.filter(pk=run_id).first)
+        run = await db(selectors.find_run, run_id)
         if run is not None and run.status == "error":
             error = run.error or {}
             yield _sse(
@@ -455,8 +443,7 @@ def _thread_event(thread_id: str, event: dict[str, Any], modes: list[str]) -> li
     if "state_update" in modes:
         out.extend(_events_for(cp, ["values"], {}, str(cp.run_id), {}))
     if "run_modes" in modes and cp.run_id:
-        run = Run.objects.filter(pk=cp.run_id).only("kwargs").first()
-        run_modes = stream_modes((run.kwargs or {}).get("stream_mode") if run else None)
+        run_modes = stream_modes(selectors.run_stream_mode(cp.run_id))
         updates = _updates_of(cp, event.get("updates") or None, None, {})
         out.extend(_events_for(cp, run_modes, updates, str(cp.run_id), {}))
     return out
@@ -469,31 +456,20 @@ def _start_version(thread_id: str, run_id: str) -> int:
     # between, its first checkpoint is found; the other order could skip all of them.
     info = threads.storage().thread_info(thread_id)
     head = info.head_version if info is not None else 0
-    first = (
-        CheckpointRow.objects.filter(thread_id=thread_id, run_id=run_id)
-        .order_by("version")
-        .values_list("version", flat=True)
-        .first()
-    )
-    return int(first) - 1 if first is not None else head
+    first = selectors.first_run_version(thread_id=thread_id, run_id=run_id)
+    return first - 1 if first is not None else head
 
 
 def _status(run_id: str) -> str | None:
-    return Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    return selectors.run_status(run_id)
 
 
 def _cancel_quietly(run_id: str, by: str | None) -> None:
     from criogen.services.runs import cancel_run
 
-    run = Run.objects.filter(pk=run_id).first()
+    run = selectors.find_run(run_id)
     if run is not None and run.status in ("pending", "running"):
         try:
             cancel_run(run=run, action="interrupt", by=by or "client disconnected")
         except Exception:
             logger.exception("could not cancel run %s after its client left", run_id)
-
-
-def touch(thread_id: str | None) -> None:
-    """Mark the thread as updated now."""
-    if thread_id is not None:
-        Thread.objects.filter(pk=thread_id).update(updated_at=timezone.now())

@@ -1,6 +1,13 @@
-"""Read-side queries for the API and the dashboard: runs and derived thread status.
+"""Read-side queries for the API and the dashboard: who may see which thread, runs,
+and derived thread status.
 
-Nothing here writes. A thread's REST status is derived, LangGraph-style:
+Nothing here writes. Who may see or act on a thread is decided here, once, for every
+door: operators (staff, or holders of ``criogen.operate``) see every thread; anyone
+else only the threads they own, and another user's thread is not found, exactly as if
+it did not exist. :func:`thread_for` loads one thread that way, :func:`visible_threads`
+narrows a list.
+
+A thread's REST status is derived, LangGraph-style:
 
 - ``busy``: a run on it is ``pending`` or ``running``, or a live lease holds it;
 - ``interrupted``: its head is ``suspended`` (waiting for a person);
@@ -13,39 +20,192 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
+from django.conf import settings
 from django.db import connections
-from django.db.models import Case, Exists, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, Subquery, Value, When
 from django.db.models.fields.json import KeyTransform
 from django.db.models.lookups import IsNull
 
 from criogen.engine.checkpoints import Checkpoint
-from criogen.engine.errors import CriogenError
+from criogen.engine.errors import CriogenError, InvalidArgument, ThreadNotFound
+from criogen.storage.models import Checkpoint as CheckpointRow
 from criogen.storage.models import Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 
 __all__ = [
     "RunNotFound",
     "ThreadStatus",
+    "Viewer",
+    "Who",
     "active_runs",
+    "active_runs_for",
+    "can_operate",
+    "check_thread_for",
+    "checkpoint_version",
+    "count_threads",
+    "expired_threads",
+    "find_run",
+    "first_run_version",
     "filter_metadata",
     "filter_status",
     "get_run",
+    "run_checkpoint_ids",
+    "run_status",
+    "run_stream_mode",
     "runs_for_thread",
+    "search_limit",
+    "search_threads",
+    "thread_exists_for",
+    "thread_for",
     "thread_heads",
     "thread_status",
     "thread_statuses",
+    "viewer",
+    "visible_runs",
+    "visible_threads",
     "with_status",
 ]
 
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
+THREAD_STATUSES = ("idle", "busy", "interrupted", "error")
+SORT_FIELDS = {
+    "thread_id": "id",
+    "status": "rest_status",
+    "created_at": "created_at",
+    "updated_at": "updated_at",
+    "state_updated_at": "updated_at",
+}
+"""The sort keys of a thread search, and the column (or annotation) each sorts by."""
+
+
+def _storage() -> Any:
+    """The process's shared storage (the one the runner and events use)."""
+    from criogen.registry import storage
+
+    return storage()
 
 
 class RunNotFound(CriogenError):
     """No run with this id (on this thread)."""
 
     code = "run_not_found"
+
+
+# -- who may see or act on a thread -------------------------------------------------------
+
+
+class Who(Protocol):
+    """Whoever asks: the REST API's ``Principal``, or a dashboard user as a
+    :class:`Viewer`."""
+
+    @property
+    def user(self) -> Any:
+        """The user (None only for the anonymous operator of a server with auth off)."""
+
+    @property
+    def is_operator(self) -> bool:
+        """Staff, or a holder of ``criogen.operate``: sees and acts on every thread."""
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """A signed-in user as a :class:`Who` (see :func:`viewer`)."""
+
+    user: Any
+    is_operator: bool
+
+
+def can_operate(user: Any) -> bool:
+    """Whether ``user`` is an operator: staff, or the ``criogen.operate`` permission."""
+    if user is None or not user.is_authenticated:
+        return False
+    return bool(user.is_staff or user.has_perm("criogen.operate"))
+
+
+def viewer(user: Any) -> Viewer:
+    """``user`` (a dashboard request's) as a :class:`Who`."""
+    return Viewer(user=user, is_operator=can_operate(user))
+
+
+def _narrowed(who: Who, qs: QuerySet[Any], owner: str) -> QuerySet[Any]:
+    if who.is_operator:
+        return qs
+    user = who.user
+    if user is None or not getattr(user, "is_authenticated", True):
+        return qs.none()
+    return qs.filter(**{owner: user})
+
+
+def _may_see(who: Who, owner_id: Any) -> bool:
+    """The rule of :func:`visible_threads`, for a thread whose owner is known."""
+    if who.is_operator:
+        return True
+    user = who.user
+    return user is not None and owner_id is not None and owner_id == user.pk
+
+
+def visible_threads(who: Who, qs: QuerySet[Thread] | None = None) -> QuerySet[Thread]:
+    """``qs`` (default: every thread) narrowed to the threads ``who`` may see: all of
+    them for operators, else the ones ``who`` owns."""
+    return _narrowed(who, Thread.objects.all() if qs is None else qs, "owner")
+
+
+def visible_runs(who: Who, qs: QuerySet[Run] | None = None) -> QuerySet[Run]:
+    """``qs`` (default: every run) narrowed to the runs of threads ``who`` may see."""
+    return _narrowed(who, Run.objects.all() if qs is None else qs, "thread__owner")
+
+
+def _not_found(thread_id: str) -> ThreadNotFound:
+    return ThreadNotFound(f"thread {thread_id!r} not found.", thread_id=thread_id)
+
+
+def thread_for(
+    who: Who,
+    thread_id: str,
+    *,
+    write: bool = False,
+    status: bool = False,
+    owner: bool = False,
+) -> Thread:
+    """The thread ``thread_id`` if ``who`` may see and act on it; else ThreadNotFound
+    (a 404: another user's thread looks exactly like one that does not exist).
+
+    ``write``: the caller is about to change the row: it is locked
+    (``SELECT … FOR UPDATE``) until the caller's transaction ends, so that two
+    concurrent writers take turns. ``status``: the row carries ``rest_status``
+    (:func:`with_status`), computed in the same statement. ``owner``: its owner comes
+    along in the same statement.
+    """
+    qs = visible_threads(who, with_status() if status else None)
+    if owner:
+        qs = qs.select_related("owner")
+    if write:
+        qs = qs.select_for_update()
+    row = qs.filter(pk=thread_id).first()
+    if row is None:
+        raise _not_found(thread_id)
+    return row
+
+
+def check_thread_for(who: Who, thread_id: str) -> None:
+    """What :func:`thread_for` checks, without loading the row: one probe of the
+    primary key index, for reads that need the permission only (state, history)."""
+    if not visible_threads(who, Thread.objects.filter(pk=thread_id)).exists():
+        raise _not_found(thread_id)
+
+
+def thread_exists_for(who: Who, thread_id: str) -> bool:
+    """Whether the thread exists (False: there is none yet, so the caller may create it
+    under this id); ThreadNotFound when it exists and is another user's."""
+    owners = list(Thread.objects.filter(pk=thread_id).values_list("owner_id", flat=True)[:1])
+    if not owners:
+        return False
+    if not _may_see(who, owners[0]):
+        raise _not_found(thread_id)
+    return True
 
 
 def get_run(*, run_id: str, thread_id: str | None = None) -> Run:
@@ -63,6 +223,41 @@ def get_run(*, run_id: str, thread_id: str | None = None) -> Run:
         where = f" on thread {thread_id!r}" if thread_id is not None else ""
         raise RunNotFound(f"no run {run_id}{where}.", run_id=str(run_id))
     return run
+
+
+def find_run(run_id: Any) -> Run | None:
+    """The run with primary key ``run_id`` (a UUID the server made), or None."""
+    return Run.objects.filter(pk=run_id).first()
+
+
+def run_status(run_id: Any) -> str | None:
+    """The status of the run ``run_id`` (None: no such run), reading nothing else."""
+    return Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+
+
+def run_stream_mode(run_id: Any) -> Any:
+    """The ``stream_mode`` the run ``run_id`` was created with (None: none, or no run)."""
+    run = Run.objects.filter(pk=run_id).only("kwargs").first()
+    return (run.kwargs or {}).get("stream_mode") if run else None
+
+
+def active_runs_for(
+    who: Who,
+    *,
+    thread_id: str | None = None,
+    run_ids: list[str] | None = None,
+    status: str | None = None,
+) -> QuerySet[Run]:
+    """The pending and running runs ``who`` may see (on ``thread_id``, among
+    ``run_ids``, with ``status`` pending or running, when given)."""
+    qs = Run.objects.filter(status__in=("pending", "running"))
+    if thread_id:
+        qs = qs.filter(thread_id=thread_id)
+    if run_ids:
+        qs = qs.filter(run_id__in=run_ids)
+    if status:
+        qs = qs.filter(status=status)
+    return visible_runs(who, qs)
 
 
 def runs_for_thread(
@@ -182,3 +377,220 @@ def thread_heads(threads: Iterable[Thread]) -> dict[str, Checkpoint]:
     from criogen.registry import storage
 
     return storage().heads([t.pk for t in threads if t.head_version])
+
+
+# -- thread search (POST /threads/search, /threads/count) -------------------------------------------------------------------------------
+
+
+def search_limit(limit: int | None) -> int:
+    """``limit`` checked against ``CRIOGEN_MAX_SEARCH_LIMIT`` (omitted: min(20, cap))."""
+    cap = int(getattr(settings, "CRIOGEN_MAX_SEARCH_LIMIT", 1000))
+    if limit is None:
+        return min(20, cap)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or limit > cap:
+        raise InvalidArgument(
+            f"limit is {limit!r}; use 1 to {cap} (CRIOGEN_MAX_SEARCH_LIMIT).", field="limit"
+        )
+    return limit
+
+
+def _filtered(
+    who: Who,
+    *,
+    metadata: dict[str, Any] | None,
+    status: str | None,
+    ids: list[str] | None,
+) -> QuerySet[Thread]:
+    qs = visible_threads(who)
+    if status is None:
+        qs = with_status(qs)
+    else:
+        if status not in THREAD_STATUSES:
+            raise InvalidArgument(
+                f"status is {status!r}; use idle, busy, interrupted or error.", field="status"
+            )
+        qs = filter_status(qs, status)  # annotates rest_status too, on the same instant
+    if ids:
+        qs = qs.filter(pk__in=list(ids))
+    return filter_metadata(qs, metadata or {})
+
+
+def _values_match(state: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:
+    if state is None:
+        return False
+    return all(k in state and state[k] == v for k, v in wanted.items())
+
+
+def search_threads(
+    who: Who,
+    *,
+    metadata: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
+    status: str | None = None,
+    ids: list[str] | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    sort_by: str | None = None,
+    sort_order: str | None = None,
+) -> list[tuple[Thread, Checkpoint | None]]:
+    """Threads matching every filter, with their heads; newest first by default."""
+    limit = search_limit(limit)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidArgument(f"offset is {offset!r}; use 0 or more.", field="offset")
+    field = SORT_FIELDS.get(sort_by or "created_at")
+    if field is None:
+        raise InvalidArgument(
+            f"sort_by is {sort_by!r}; use one of {', '.join(SORT_FIELDS)}.", field="sort_by"
+        )
+    if (sort_order or "desc") not in ("asc", "desc"):
+        raise InvalidArgument(f"sort_order is {sort_order!r}; use asc or desc.", field="sort_order")
+    # Ties (threads created in one transaction share created_at) go by id, in the same
+    # direction: then an index on (field, id) gives the page in order and the database
+    # stops after it, where a mixed order would sort every matching thread first.
+    descending = (sort_order or "desc") == "desc"
+    order = [F(f).desc() if descending else F(f).asc() for f in (field, "id")]
+    listed = _filtered(who, metadata=None, status=status, ids=ids).order_by(*order)
+    qs = filter_metadata(listed, metadata or {})
+    store = _storage()
+    if not values:
+        rows = None
+        if metadata:
+            rows = _page_from_window(listed, metadata, field, descending, offset, limit)
+        if rows is None:
+            rows = list(qs[offset : offset + limit])
+        heads = thread_heads(rows)
+        return [(row, heads.get(row.id)) for row in rows]
+    # State values live in checkpoints, not in the thread row: filter the candidates by
+    # their head state, in pages, until the window is full.
+    out: list[tuple[Thread, Checkpoint | None]] = []
+    skipped = 0
+    for row in qs.exclude(head_version=0).iterator(chunk_size=200):
+        head = store.head(row.id)
+        if not _values_match(head.state if head else None, values):
+            continue
+        if skipped < offset:
+            skipped += 1
+            continue
+        out.append((row, head))
+        if len(out) >= limit:
+            break
+    return out
+
+
+WINDOW_PER_ROW = 20
+"""How many of the newest threads a metadata search reads per row it returns before
+it falls back to the metadata index (:func:`_page_from_window`)."""
+WINDOW_MAX = 2000
+
+
+def _page_from_window(
+    unfiltered: QuerySet[Thread],
+    metadata: Mapping[str, Any],
+    field: str,
+    descending: bool,
+    offset: int,
+    limit: int,
+) -> list[Thread] | None:
+    """The page of a metadata search read from the first threads of ``unfiltered`` in
+    page order (every other filter applied), in one statement; None when those do not
+    hold the whole page, or the database is not PostgreSQL.
+
+    A value many threads carry is where the metadata index is slowest: it yields every
+    thread with the value, all of which the database sorts for a page of twenty; and the
+    planner, which cannot tell how common a JSON value is, may not walk the list index
+    instead. Read as a derived table, the window is that walk, bounded: the first
+    ``WINDOW_PER_ROW`` rows per row wanted, in page order. As the window is a prefix of
+    the list in its own order, the first matches in it are the first matches overall;
+    when it holds fewer than the page needs, the caller asks the index. The status is
+    computed for the page's rows only, with the window's own instant.
+    """
+    need = offset + limit
+    size = need * WINDOW_PER_ROW
+    db = unfiltered.db
+    if size > WINDOW_MAX or field == "rest_status" or connections[db].vendor != "postgresql":
+        return None
+    window = unfiltered[:size].query
+    status_sql, status_params = window.get_compiler(using=db).compile(
+        window.annotations["rest_status"]
+    )
+    window.set_annotation_mask(())  # the window carries the rows, the page their status
+    inner_sql, inner_params = window.get_compiler(using=db).as_sql()
+    # The metadata conditions, as filter_metadata writes them for the whole table.
+    probe = filter_metadata(Thread.objects.using(db), metadata).query
+    probe.get_initial_alias()
+    where_sql, where_params = probe.get_compiler(using=db).compile(probe.where)
+    direction = "DESC" if descending else "ASC"
+    table = Thread._meta.db_table
+    sql = (
+        f'SELECT "{table}".*, {status_sql} AS "rest_status"'  # noqa: S608
+        f' FROM ({inner_sql}) AS "{table}" WHERE {where_sql}'
+        f' ORDER BY "{table}"."{field}" {direction}, "{table}"."id" {direction}'
+        " LIMIT %s OFFSET %s"
+    )
+    params = [*status_params, *inner_params, *where_params, limit, offset]
+    rows = list(Thread.objects.raw(sql, params, using=db))
+    return rows if len(rows) == limit else None
+
+
+def count_threads(
+    who: Who,
+    *,
+    metadata: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
+    status: str | None = None,
+    ids: list[str] | None = None,
+) -> int:
+    """How many threads match (POST /threads/count; a search's ``X-Pagination-Total``)."""
+    qs = _filtered(who, metadata=metadata, status=status, ids=ids)
+    if not values:
+        return qs.count()
+    store = _storage()
+    return sum(
+        1
+        for row in qs.exclude(head_version=0).iterator(chunk_size=200)
+        if _values_match(getattr(store.head(row.id), "state", None), values)
+    )
+
+
+def expired_threads(who: Who) -> QuerySet[Thread]:
+    """The threads ``who`` may see whose time to live has passed."""
+    from django.utils import timezone
+
+    now = timezone.now()
+    return visible_threads(
+        who, Thread.objects.filter(expires_at__isnull=False, expires_at__lte=now)
+    )
+
+
+# -- checkpoints --------------------------------------------------------------------------
+
+
+def checkpoint_version(*, thread_id: str, checkpoint_id: str) -> int | None:
+    """The version of the thread's checkpoint ``checkpoint_id`` (None: it has none)."""
+    version = (
+        CheckpointRow.objects.filter(thread_id=thread_id, id=checkpoint_id)
+        .values_list("version", flat=True)
+        .first()
+    )
+    return None if version is None else int(version)
+
+
+def run_checkpoint_ids(*, thread_id: str, run_id: str, after: int) -> list[str]:
+    """Ids of the checkpoints the run wrote on the thread after version ``after``, in
+    version order (what a stream has not sent yet)."""
+    return list(
+        CheckpointRow.objects.filter(thread_id=thread_id, run_id=run_id, version__gt=after)
+        .order_by("version")
+        .values_list("id", flat=True)
+    )
+
+
+def first_run_version(*, thread_id: str, run_id: str) -> int | None:
+    """The version of the first checkpoint the run wrote on the thread (None: none yet)."""
+    first = (
+        CheckpointRow.objects.filter(thread_id=thread_id, run_id=run_id)
+        .order_by("version")
+        .values_list("version", flat=True)
+        .first()
+    )
+    return None if first is None else int(first)

@@ -8,7 +8,7 @@ list, delete, batch. Runs are created, waited for and cancelled by
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -20,8 +20,11 @@ from api import threads
 from api.aio import db, wait_for_run
 from api.auth import Principal, principal
 from api.schemas import MAX_OFFSET, ErrorOut, RunBatchItemIn, RunCreateIn, RunOut, RunsCancelIn
-from criogen.engine.errors import InvalidArgument, ThreadNotFound
-from criogen.storage.models import Run, Thread
+from criogen import selectors
+from criogen.engine.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from criogen.storage.models import Run
 
 thread_router = Router(tags=["thread runs"])
 router = Router(tags=["stateless runs"])
@@ -53,11 +56,8 @@ def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
     api_runs.check_options(payload)
     existed = False
     if thread_id is not None:
-        owners = list(Thread.objects.filter(pk=thread_id).values_list("owner_id", flat=True)[:1])
-        existed = bool(owners)
-        if existed and not (who.is_operator or owners[0] == who.user_id):
-            # Another user's thread: 404, as load_thread answers.
-            raise ThreadNotFound(f"thread {thread_id!r} not found.", thread_id=thread_id)
+        # Another user's thread is a 404; a missing one is created by the run (or refused).
+        existed = selectors.thread_exists_for(who, thread_id)
         if not existed:
             threads.check_thread_id(thread_id)
     command = payload.command.model_dump(exclude_unset=True) if payload.command else None
@@ -514,15 +514,15 @@ def _cancel_many(who: Principal, payload: RunsCancelIn, action: str) -> None:
 
     if not payload.run_ids and not payload.thread_id and not payload.status:
         raise InvalidArgument("name run_ids, a thread_id or a status.", field="run_ids")
-    qs = Run.objects.filter(status__in=("pending", "running"))
     if payload.thread_id:
-        threads.load_thread(who, payload.thread_id)
-        qs = qs.filter(thread_id=payload.thread_id)
-    if payload.run_ids:
-        qs = qs.filter(run_id__in=[_uuid(r) for r in payload.run_ids])
-    if payload.status in ("pending", "running"):
-        qs = qs.filter(status=payload.status)
-    for run in who.scope(qs, "thread__owner"):
+        selectors.thread_for(who, payload.thread_id)
+    runs = selectors.active_runs_for(
+        who,
+        thread_id=payload.thread_id or None,
+        run_ids=[_uuid(r) for r in payload.run_ids] if payload.run_ids else None,
+        status=payload.status if payload.status in ("pending", "running") else None,
+    )
+    for run in runs:
         cancel(run=run, action=action, by=who.name or "api")
 
 

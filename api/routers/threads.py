@@ -1,8 +1,8 @@
 """``/threads``: create, get, update, delete, copy, count, search, prune, state, history.
 
 Binding: ``spec/threads-rest-api.txt``; paths, bodies and fields as ``langgraph_sdk``
-calls them. Each endpoint parses, calls one function of :mod:`api.threads` and returns
-its result.
+calls them. Each endpoint parses, calls one function of :mod:`api.threads` (or, for
+search and count, :mod:`criogen.selectors`) and returns its result.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from api.schemas import (
     UpdateStateIn,
     UpdateStateOut,
 )
+from criogen import selectors
 from criogen.engine.errors import InvalidArgument
 
 router = Router(tags=["threads"])
@@ -101,7 +102,7 @@ async def search_threads(
 
 
 def _search_threads(who: Principal, payload: ThreadSearchIn) -> tuple[list[dict[str, Any]], int]:
-    found = threads.search_threads(
+    found = selectors.search_threads(
         who,
         metadata=payload.metadata,
         values=payload.values,
@@ -124,9 +125,9 @@ def _search_threads(who: Principal, payload: ThreadSearchIn) -> tuple[list[dict[
 def _search_total(who: Principal, payload: ThreadSearchIn, found: int) -> int:
     """How many threads match the search. A page shorter than the limit ends the list,
     so it tells the total; a full page (or an empty one past the end) needs a count."""
-    if found < threads.search_limit(payload.limit) and (found or not payload.offset):
+    if found < selectors.search_limit(payload.limit) and (found or not payload.offset):
         return payload.offset + found
-    return threads.count_threads(
+    return selectors.count_threads(
         who,
         metadata=payload.metadata,
         values=payload.values,
@@ -141,7 +142,7 @@ def _search_total(who: Principal, payload: ThreadSearchIn, found: int) -> int:
 async def count_threads(request: HttpRequest, payload: ThreadCountIn) -> int:
     """How many threads match the filters (same filters as search)."""
     return await db(
-        threads.count_threads,
+        selectors.count_threads,
         principal(request),
         metadata=payload.metadata,
         values=payload.values,

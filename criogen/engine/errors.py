@@ -15,6 +15,8 @@ the message says what to do next. The tree::
     │   ├── AlreadyDecided         already_decided
     │   └── StaleHead              stale_head
     ├── CheckpointNotFound         checkpoint_not_found
+    ├── NotFound                   not_found           any other unknown id (REST API)
+    ├── Conflict                   conflict            the id exists already (REST API)
     ├── InvalidState               invalid_state
     ├── InvalidSnapshot            invalid_snapshot
     ├── InvalidGraph               invalid_graph
@@ -33,6 +35,7 @@ from typing import Any
 __all__ = [
     "AlreadyDecided",
     "CheckpointNotFound",
+    "Conflict",
     "CriogenError",
     "InvalidArgument",
     "InvalidGraph",
@@ -40,6 +43,7 @@ __all__ = [
     "InvalidState",
     "LeaseLost",
     "MaxStepsExceeded",
+    "NotFound",
     "NotSuspended",
     "NothingToRetry",
     "RunCancelled",
@@ -153,6 +157,21 @@ class CheckpointNotFound(CriogenError):
     """No checkpoint with this id on this thread."""
 
     code = "checkpoint_not_found"
+
+
+class NotFound(CriogenError):
+    """An id the caller may not see, or that does not exist (the two look the same).
+
+    The REST API raises it for ids that have no error class of their own (a cron, a
+    store item, an assistant)."""
+
+    code = "not_found"
+
+
+class Conflict(CriogenError):
+    """The request conflicts with what exists (``if_exists="raise"`` on a known id…)."""
+
+    code = "conflict"
 
 
 class InvalidState(CriogenError):

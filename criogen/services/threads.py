@@ -1,4 +1,5 @@
-"""Thread actions that do not start a run: rewind, TTL policy, and the TTL sweep.
+"""Thread actions that do not start a run: create, update, rewind, TTL policy, and the
+TTL sweep.
 
 The sweep applies each expired thread's policy (``settings``-free, per thread):
 
@@ -15,31 +16,41 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from criogen.engine.checkpoints import Checkpoint as CheckpointData
-from criogen.engine.errors import InvalidArgument, ThreadBusy, ThreadNotFound
+from criogen.engine.checkpoints import check_thread_id
+from criogen.engine.errors import Conflict, InvalidArgument, ThreadBusy, ThreadNotFound
 from criogen.engine.store import AuditRecord
 from criogen.engine.threads import check_door
 from criogen.registry import get_graph, storage
+from criogen.selectors import Who, thread_for
 from criogen.storage.models import Checkpoint, Run, Thread, Value
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 from criogen.storage.models.threads import TTL_STRATEGIES
 
 __all__ = [
+    "MAX_TTL_MINUTES",
     "TTL_STRATEGIES",
+    "claim_thread",
     "compact_thread",
     "copy_thread",
+    "create_thread",
+    "default_ttl",
     "delete_thread",
+    "parse_ttl",
     "prune_thread",
     "rewind_thread",
     "set_thread_ttl",
     "sweep_threads",
+    "update_thread",
     "update_thread_state",
 ]
 
@@ -47,6 +58,8 @@ logger = logging.getLogger("criogen.services.threads")
 
 SYSTEM = "system"
 """The actor of what the server does by itself (a TTL's expiry)."""
+
+MAX_TTL_MINUTES = 52_560_000  # 100 years: the column and datetime arithmetic stay in range
 
 
 def _graph_thread(thread_id: str) -> Any:
@@ -244,22 +257,210 @@ def _touch(thread_id: str) -> None:
     Thread.objects.filter(pk=thread_id).update(updated_at=timezone.now())
 
 
-def set_thread_ttl(*, thread: Thread, minutes: int | None, strategy: str = "delete") -> Thread:
-    """Give ``thread`` a time to live of ``minutes`` from now (None: never expires).
-    Raises InvalidArgument for a non-positive ``minutes`` or an unknown strategy."""
+# -- TTL ---------------------------------------------------------------------------------
+
+
+def _check_ttl(minutes: Any, strategy: Any, *, field: str) -> tuple[int, str]:
+    if (
+        isinstance(minutes, bool)
+        or not isinstance(minutes, int | float)
+        or minutes <= 0
+        or minutes > MAX_TTL_MINUTES
+        or minutes != int(minutes)
+    ):
+        raise InvalidArgument(
+            f"ttl is {minutes!r}: give a whole number of minutes from 1 to {MAX_TTL_MINUTES}.",
+            field=field,
+        )
+    _check_strategy(strategy)
+    return int(minutes), strategy
+
+
+def _check_strategy(strategy: Any) -> None:
     if strategy not in TTL_STRATEGIES:
         raise InvalidArgument(
-            f"ttl strategy is {strategy!r}; use 'delete' or 'keep_latest'.", field="ttl.strategy"
+            f"ttl.strategy is {strategy!r}; use 'delete' or 'keep_latest'.",
+            field="ttl.strategy",
         )
-    if minutes is not None and (
-        not isinstance(minutes, int) or isinstance(minutes, bool) or minutes <= 0
-    ):
-        raise InvalidArgument(f"ttl is {minutes!r}; use a positive number of minutes.", field="ttl")
-    thread.ttl_minutes = minutes
-    thread.ttl_strategy = strategy
-    thread.expires_at = timezone.now() + timedelta(minutes=minutes) if minutes else None
+
+
+def parse_ttl(ttl: Any) -> tuple[int, str] | None:
+    """A time to live as the REST API and Python take it: minutes, or ``{"ttl":
+    minutes, "strategy": "delete"|"keep_latest"}`` (strategy default ``delete``); None
+    for None. Raises InvalidArgument naming the field (``ttl``, ``ttl.ttl``,
+    ``ttl.strategy``)."""
+    if ttl is None:
+        return None
+    strategy = "delete"
+    minutes = ttl
+    if isinstance(ttl, Mapping):
+        minutes = ttl.get("ttl")
+        strategy = ttl.get("strategy") or "delete"
+        unknown = set(ttl) - {"ttl", "strategy"}
+        if unknown:
+            raise InvalidArgument(
+                f"ttl has unknown keys {sorted(unknown)}; use {{'ttl', 'strategy'}}.",
+                field=f"ttl.{sorted(unknown)[0]}",
+            )
+    return _check_ttl(minutes, strategy, field="ttl.ttl" if isinstance(ttl, Mapping) else "ttl")
+
+
+def default_ttl() -> tuple[int, str] | None:
+    """The server-wide TTL for threads created without one (``CRIOGEN_THREAD_TTL``)."""
+    minutes = getattr(settings, "CRIOGEN_THREAD_TTL", None)
+    if not minutes:
+        return None
+    return parse_ttl({"ttl": minutes, "strategy": settings.CRIOGEN_THREAD_TTL_STRATEGY})
+
+
+def _apply_ttl(row: Thread, ttl: tuple[int, str] | None) -> None:
+    """Set the row's TTL policy and its expiry (``ttl`` minutes from now); not saved."""
+    if ttl is None:
+        return
+    row.ttl_minutes, row.ttl_strategy = ttl
+    row.expires_at = timezone.now() + timedelta(minutes=ttl[0])
+
+
+def set_thread_ttl(*, thread: Thread, minutes: int | None, strategy: str = "delete") -> Thread:
+    """Give ``thread`` a time to live of ``minutes`` from now (None: never expires).
+    Raises InvalidArgument for minutes that are not a whole positive number or an
+    unknown strategy."""
+    _check_strategy(strategy)
+    if minutes is None:
+        thread.ttl_minutes, thread.ttl_strategy, thread.expires_at = None, strategy, None
+    else:
+        _apply_ttl(thread, _check_ttl(minutes, strategy, field="ttl"))
     thread.save(update_fields=["ttl_minutes", "ttl_strategy", "expires_at"])
     return thread
+
+
+# -- create and update --------------------------------------------------------------------
+
+
+def _owner_name(owner: Any) -> str | None:
+    return str(owner.get_username()) if owner is not None else None
+
+
+def _check_metadata(metadata: Any, field: str = "metadata") -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise InvalidArgument(f"{field} must be a JSON object.", field=field)
+    return dict(metadata)
+
+
+def _check_owner(meta: dict[str, Any], owner: Any) -> None:
+    """Refuse (422) a ``metadata.owner`` other than the server's value ``owner``: it
+    names who the thread belongs to, so only the server writes it (the same value,
+    as a client that sends back what it read, is fine)."""
+    if "owner" in meta and meta["owner"] != owner:
+        raise InvalidArgument(
+            f"metadata.owner is set by the server (this thread's is {owner!r}); "
+            "leave it out or send the same value.",
+            field="metadata.owner",
+        )
+
+
+def create_thread(
+    *,
+    who: Who,
+    thread_id: str | None = None,
+    metadata: Any = None,
+    if_exists: str | None = None,
+    ttl: Any = None,
+) -> Thread:
+    """Create a thread owned by ``who.user`` (POST /threads).
+
+    ``thread_id``: 1–255 non-blank characters; None makes a UUID. ``if_exists``:
+    ``raise`` (default) refuses a known id with Conflict (409); ``do_nothing`` returns
+    the existing thread if ``who`` may see it (else it is still a Conflict: the id is
+    taken). ``metadata.owner`` is set to the owner's user name (another value is
+    InvalidArgument). ``ttl`` as :func:`parse_ttl` takes it; without one the server's
+    :func:`default_ttl` applies.
+
+    A thread made here has no run, lease or checkpoint: a new one comes back with
+    ``rest_status`` "idle"; an existing one (``do_nothing``) without it.
+    """
+    policy = if_exists or "raise"
+    if policy not in ("raise", "do_nothing"):
+        raise InvalidArgument(
+            f"if_exists is {if_exists!r}; use 'raise' or 'do_nothing'.", field="if_exists"
+        )
+    tid = str(uuid.uuid4()) if thread_id is None else check_thread_id(thread_id)
+    meta = _check_metadata(metadata)
+    ttl_policy = parse_ttl(ttl) or default_ttl()
+    name = _owner_name(who.user)
+    if name is not None:
+        _check_owner(meta, name)
+        meta["owner"] = name
+    row = Thread(id=tid, metadata=meta, owner=who.user)
+    _apply_ttl(row, ttl_policy)
+    if thread_id is None:
+        # A new UUID: one INSERT, no lookup first.
+        row.save(force_insert=True)
+        row.rest_status = "idle"  # type: ignore[attr-defined]
+        return row
+    with transaction.atomic():
+        existing = Thread.objects.select_for_update().filter(pk=tid).first()
+        if existing is not None:
+            if policy == "do_nothing":
+                try:
+                    return thread_for(who, tid)
+                except ThreadNotFound:
+                    pass  # another user's id: taken all the same
+            raise Conflict(
+                f"thread {tid!r} already exists; pass if_exists='do_nothing' to get it "
+                "instead, or choose another id.",
+                field="thread_id",
+                thread_id=tid,
+            )
+        try:
+            with transaction.atomic():
+                row.save(force_insert=True)
+        except IntegrityError:
+            # Created concurrently (SQLite does not lock a missing row): same answer as
+            # if it had existed when we looked.
+            if policy == "do_nothing":
+                return thread_for(who, tid)
+            raise Conflict(f"thread {tid!r} already exists.", field="thread_id") from None
+    row.rest_status = "idle"  # type: ignore[attr-defined]
+    return row
+
+
+def update_thread(*, who: Who, thread_id: str, metadata: Any = None, ttl: Any = None) -> Thread:
+    """Merge ``metadata`` into the thread's and (re)set its TTL (PATCH /threads/{id});
+    ``metadata.owner`` cannot change (InvalidArgument). ThreadNotFound unless ``who``
+    may see the thread."""
+    meta = _check_metadata(metadata)
+    ttl_policy = parse_ttl(ttl)
+    with transaction.atomic():
+        # Locked so that two concurrent updates merge instead of losing a key.
+        row = thread_for(who, thread_id, write=True, status=True)
+        if _owner_name(who.user) is not None:
+            _check_owner(meta, (row.metadata or {}).get("owner"))
+        row.metadata = {**(row.metadata or {}), **meta}
+        _apply_ttl(row, ttl_policy)
+        row.updated_at = timezone.now()
+        row.save(
+            update_fields=["metadata", "ttl_minutes", "ttl_strategy", "expires_at", "updated_at"]
+        )
+    return row
+
+
+def claim_thread(*, thread_id: str, owner: Any) -> None:
+    """For a thread a run has just created (``if_not_exists="create"``, stateless):
+    record ``owner``'s user name as the ``owner`` metadata, and give it the server's
+    default TTL."""
+    row = Thread.objects.filter(pk=thread_id).first()
+    if row is None:
+        return
+    name = _owner_name(owner)
+    if name is not None and "owner" not in (row.metadata or {}):
+        row.metadata = {**(row.metadata or {}), "owner": name}
+    ttl = default_ttl()
+    if row.ttl_minutes is None and ttl is not None:
+        _apply_ttl(row, ttl)
+    row.save(update_fields=["metadata", "ttl_minutes", "ttl_strategy", "expires_at"])
 
 
 def sweep_threads(*, now: datetime | None = None, limit: int = 500) -> dict[str, int]:

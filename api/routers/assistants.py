@@ -10,26 +10,23 @@ because they are shared by all users.
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import IntegrityError, transaction
-from django.db.models import F
-from django.db.models.fields.json import KeyTransform
 from django.http import HttpRequest
-from django.utils import timezone
 from ninja import Router, Schema
 from pydantic import Field
 
 from api.aio import db
 from api.auth import Principal, principal
-from api.errors import Conflict
 from api.schemas import MAX_OFFSET, ErrorOut, In, JsonObject
+from criogen import selectors
 from criogen.engine.errors import InvalidArgument
-from criogen.storage.models import Assistant
+from criogen.services import assistants as services
+
+if TYPE_CHECKING:
+    from criogen.storage.models import Assistant
 
 router = Router(tags=["assistants"])
 
@@ -131,16 +128,6 @@ class SchemasOut(Schema):
     context_schema: JsonObject | None = None
 
 
-def _insert_assistant(**fields: Any) -> Assistant:
-    try:
-        with transaction.atomic():
-            return Assistant.objects.create(**fields)
-    except IntegrityError:
-        raise Conflict(
-            f"assistant {fields['assistant_id']} already exists.", field="assistant_id"
-        ) from None
-
-
 def assistant_out(a: Assistant) -> dict[str, Any]:
     """An assistant row as JSON."""
     return {
@@ -158,34 +145,12 @@ def assistant_out(a: Assistant) -> dict[str, Any]:
 
 
 def _load(assistant_id: str) -> Assistant:
-    from criogen.services.assistants import resolve_assistant
-
-    return resolve_assistant(assistant_id=assistant_id)
+    return services.resolve_assistant(assistant_id=assistant_id)
 
 
 def _operator(who: Principal) -> None:
     if not who.is_operator:
         raise PermissionDenied("only operators (staff) may create, change or delete assistants.")
-
-
-def _check_graph(graph_id: str) -> None:
-    from criogen.registry import get_graph
-
-    get_graph(graph_id)  # GraphNotFound (404) for an unknown graph
-
-
-def _filtered(metadata: dict[str, Any] | None, graph_id: str | None, name: str | None) -> Any:
-    from criogen.services.assistants import ensure_default_assistants
-
-    ensure_default_assistants()
-    qs = Assistant.objects.filter(graph_id__in=list(settings.CRIOGEN_ASSISTANTS))
-    if graph_id:
-        qs = qs.filter(graph_id=graph_id)
-    if name:
-        qs = qs.filter(name__icontains=name)
-    for n, (key, value) in enumerate((metadata or {}).items()):
-        qs = qs.alias(**{f"_m{n}": KeyTransform(key, "metadata")}).filter(**{f"_m{n}": value})
-    return qs
 
 
 @router.post(
@@ -198,30 +163,17 @@ def create_assistant(request: HttpRequest, payload: AssistantCreateIn) -> dict[s
     """A new assistant for a registered graph (operators only)."""
     who = principal(request)
     _operator(who)
-    _check_graph(payload.graph_id)
-    key = uuid.uuid4()
-    if payload.assistant_id is not None:
-        try:
-            key = uuid.UUID(payload.assistant_id)
-        except ValueError:
-            raise InvalidArgument(
-                f"assistant_id {payload.assistant_id!r} is not a UUID.", field="assistant_id"
-            ) from None
-    with transaction.atomic():
-        existing = Assistant.objects.filter(assistant_id=key).first()
-        if existing is not None:
-            if payload.if_exists == "do_nothing":
-                return assistant_out(existing)
-            raise Conflict(f"assistant {key} already exists.", field="assistant_id")
-        row = _insert_assistant(
-            assistant_id=key,
-            graph_id=payload.graph_id,
-            name=payload.name or payload.graph_id,
-            description=payload.description or "",
-            config=payload.config or {},
-            context=payload.context or {},
-            metadata={**(payload.metadata or {}), **({"created_by": who.name} if who.name else {})},
-        )
+    row = services.create_assistant(
+        graph_id=payload.graph_id,
+        assistant_id=payload.assistant_id,
+        name=payload.name,
+        description=payload.description,
+        config=payload.config,
+        context=payload.context,
+        metadata=payload.metadata,
+        if_exists=payload.if_exists,
+        by=who.name,
+    )
     return assistant_out(row)
 
 
@@ -240,12 +192,17 @@ async def search_assistants(
 
 
 def _search_assistants(payload: AssistantSearchIn) -> list[dict[str, Any]]:
-    field = payload.sort_by or "created_at"
-    descending = (payload.sort_order or "desc") == "desc"
-    qs = _filtered(payload.metadata, payload.graph_id, payload.name).order_by(
-        F(field).desc() if descending else F(field).asc(), "assistant_id"
+    services.ensure_default_assistants()
+    found = selectors.search_assistants(
+        metadata=payload.metadata,
+        graph_id=payload.graph_id,
+        name=payload.name,
+        sort_by=payload.sort_by,
+        sort_order=payload.sort_order,
+        limit=payload.limit,
+        offset=payload.offset,
     )
-    rows = [assistant_out(a) for a in qs[payload.offset : payload.offset + payload.limit]]
+    rows = [assistant_out(a) for a in found]
     if payload.select:
         unknown = [f for f in payload.select if f not in AssistantOut.model_fields]
         if unknown:
@@ -270,7 +227,10 @@ async def count_assistants(request: HttpRequest, payload: AssistantCountIn) -> i
 
 
 def _count_assistants(payload: AssistantCountIn) -> int:
-    return int(_filtered(payload.metadata, payload.graph_id, payload.name).count())
+    services.ensure_default_assistants()
+    return selectors.count_assistants(
+        metadata=payload.metadata, graph_id=payload.graph_id, name=payload.name
+    )
 
 
 @router.get(
@@ -295,18 +255,8 @@ def patch_assistant(
 ) -> dict[str, Any]:
     """Replace the given fields; the version goes up by one (operators only)."""
     _operator(principal(request))
-    if payload.graph_id:
-        _check_graph(payload.graph_id)
-    with transaction.atomic():
-        row = Assistant.objects.select_for_update().get(pk=_load(assistant_id).pk)
-        for name in ("graph_id", "config", "context", "metadata", "name", "description"):
-            value = getattr(payload, name)
-            if value is not None:
-                setattr(row, name, value)
-        row.version += 1
-        row.updated_at = timezone.now()
-        row.save()
-    return assistant_out(row)
+    fields = {name: getattr(payload, name) for name in services.EDITABLE}
+    return assistant_out(services.update_assistant(assistant_id=assistant_id, **fields))
 
 
 @router.delete(
@@ -320,21 +270,11 @@ def delete_assistant(
 ) -> tuple[int, None]:
     """Delete an assistant and its runs; ``delete_threads`` also deletes the threads
     whose last assistant it was (operators only)."""
-    from api.threads import storage
-    from criogen.storage.models import Thread
-
-    _operator(principal(request))
-    row = _load(assistant_id)
-    if delete_threads:
-        key = str(row.assistant_id)
-        ids = list(
-            Thread.objects.alias(_a=KeyTransform("assistant_id", "metadata"))
-            .filter(_a=key)
-            .values_list("id", flat=True)
-        )
-        for tid in ids:
-            storage().delete_thread(tid)
-    row.delete()
+    who = principal(request)
+    _operator(who)
+    services.delete_assistant(
+        assistant_id=assistant_id, delete_threads=delete_threads, by=who.name or "api", door="api"
+    )
     return 204, None
 
 

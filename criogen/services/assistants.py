@@ -2,17 +2,35 @@
 
 The default assistant of graph ``g`` has the id ``uuid5(NAMESPACE_URL,
 "criogen:assistant:" + g)``, so every process computes the same id without asking the
-database; :func:`ensure_default_assistants` creates the rows on demand.
+database; :func:`ensure_default_assistants` creates the rows on demand. Creating,
+changing and deleting assistants happens here (the REST ``/assistants`` door checks
+that the caller is an operator first).
 """
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
+from django.db import IntegrityError, transaction
+from django.db.models.fields.json import KeyTransform
+from django.utils import timezone
+
+from criogen.engine.errors import Conflict, InvalidArgument
 from criogen.registry import GraphNotFound, get_graph, graph_ids
-from criogen.storage.models import Assistant
+from criogen.storage.models import Assistant, Thread
 
-__all__ = ["default_assistant_id", "ensure_default_assistants", "resolve_assistant"]
+__all__ = [
+    "create_assistant",
+    "default_assistant_id",
+    "delete_assistant",
+    "ensure_default_assistants",
+    "resolve_assistant",
+    "update_assistant",
+]
+
+EDITABLE = ("graph_id", "config", "context", "metadata", "name", "description")
+"""The fields :func:`update_assistant` replaces."""
 
 
 def default_assistant_id(graph_id: str) -> uuid.UUID:
@@ -62,3 +80,98 @@ def resolve_assistant(*, assistant_id: str) -> Assistant:
         defaults={"graph_id": text, "name": text, "metadata": {"created_by": "system"}},
     )
     return assistant
+
+
+def _insert_assistant(**fields: Any) -> Assistant:
+    try:
+        with transaction.atomic():
+            return Assistant.objects.create(**fields)
+    except IntegrityError:
+        raise Conflict(
+            f"assistant {fields['assistant_id']} already exists.", field="assistant_id"
+        ) from None
+
+
+def create_assistant(
+    *,
+    graph_id: str,
+    assistant_id: str | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    config: dict[str, Any] | None = None,
+    context: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    if_exists: str | None = None,
+    by: str | None = None,
+) -> Assistant:
+    """A new assistant of the registered graph ``graph_id`` (GraphNotFound otherwise).
+
+    ``assistant_id``: a UUID (InvalidArgument otherwise), or None for a new one; an id
+    that exists is a Conflict, unless ``if_exists="do_nothing"`` (then that assistant
+    comes back unchanged). ``by`` is recorded as ``metadata.created_by``.
+    """
+    get_graph(graph_id)  # GraphNotFound (404) for an unknown graph
+    key = uuid.uuid4()
+    if assistant_id is not None:
+        try:
+            key = uuid.UUID(assistant_id)
+        except ValueError:
+            raise InvalidArgument(
+                f"assistant_id {assistant_id!r} is not a UUID.", field="assistant_id"
+            ) from None
+    with transaction.atomic():
+        existing = Assistant.objects.filter(assistant_id=key).first()
+        if existing is not None:
+            if if_exists == "do_nothing":
+                return existing
+            raise Conflict(f"assistant {key} already exists.", field="assistant_id")
+        return _insert_assistant(
+            assistant_id=key,
+            graph_id=graph_id,
+            name=name or graph_id,
+            description=description or "",
+            config=config or {},
+            context=context or {},
+            metadata={**(metadata or {}), **({"created_by": by} if by else {})},
+        )
+
+
+def update_assistant(*, assistant_id: str, **fields: Any) -> Assistant:
+    """Replace the given :data:`EDITABLE` fields (None: keep) of the assistant named by
+    ``assistant_id`` (as :func:`resolve_assistant` reads it); its version goes up by one."""
+    if fields.get("graph_id"):
+        get_graph(fields["graph_id"])  # GraphNotFound (404) for an unknown graph
+    with transaction.atomic():
+        # Locked: two concurrent updates each raise the version once.
+        row = Assistant.objects.select_for_update().get(
+            pk=resolve_assistant(assistant_id=assistant_id).pk
+        )
+        for name in EDITABLE:
+            value = fields.get(name)
+            if value is not None:
+                setattr(row, name, value)
+        row.version += 1
+        row.updated_at = timezone.now()
+        row.save()
+    return row
+
+
+def delete_assistant(
+    *, assistant_id: str, delete_threads: bool = False, by: str | None = None, door: str = "python"
+) -> None:
+    """Delete the assistant and its runs; with ``delete_threads`` also the threads whose
+    last assistant it was (each through :func:`criogen.services.threads.delete_thread`,
+    audited as ``delete`` by ``by`` from ``door``)."""
+    from criogen.services.threads import delete_thread
+
+    row = resolve_assistant(assistant_id=assistant_id)
+    if delete_threads:
+        key = str(row.assistant_id)
+        ids = list(
+            Thread.objects.alias(_a=KeyTransform("assistant_id", "metadata"))
+            .filter(_a=key)
+            .values_list("id", flat=True)
+        )
+        for tid in ids:
+            delete_thread(thread_id=tid, by=by, door=door)
+    row.delete()

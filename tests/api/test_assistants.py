@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 from langgraph_sdk.errors import ConflictError, NotFoundError, PermissionDeniedError
 
+from tests.api.conftest import Server
+from tests.api.test_verbs_audit import _events
+
 DEFAULT_STEPS = str(uuid.uuid5(uuid.NAMESPACE_URL, "criogen:assistant:steps"))
 
 
@@ -77,3 +80,25 @@ async def test_it_draws_the_graph_and_its_schemas(client: Any) -> None:
 async def test_search_returns_only_the_selected_fields(client: Any) -> None:
     found = await client.assistants.search(graph_id="steps", select=["graph_id"])
     assert {tuple(sorted(a)) for a in found} == {("assistant_id", "graph_id")}
+
+
+async def test_deleting_an_assistant_with_its_threads_deletes_only_those_audited(
+    clients: Any, server: Server
+) -> None:
+    olga = clients("olga")
+    made = await olga.assistants.create("steps", name="short-lived steps")
+    ran = (await olga.threads.create())["thread_id"]
+    await olga.runs.wait(ran, made["assistant_id"], input={"n": 0})
+    other = (await olga.threads.create())["thread_id"]
+    await olga.runs.wait(other, "steps", input={"n": 0})
+
+    await olga.assistants.delete(made["assistant_id"], delete_threads=True)
+
+    with pytest.raises(NotFoundError):
+        await olga.threads.get(ran)
+    assert (await olga.threads.get(other))["thread_id"] == other
+    # Deleted through the one delete verb: audited as the operator, from the API.
+    assert [(e["action"], e["actor"], e["door"]) for e in _events(server, ran)] == [
+        ("delete", "olga", "api")
+    ]
+    assert _events(server, other) == []

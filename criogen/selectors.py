@@ -17,10 +17,12 @@ A thread's REST status is derived, LangGraph-style:
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from django.conf import settings
@@ -31,17 +33,22 @@ from django.db.models.lookups import IsNull
 
 from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.errors import CriogenError, InvalidArgument, ThreadNotFound
-from criogen.storage.models import Assistant, Document, Run, Thread
+from criogen.storage.models import Assistant, AuditEvent, Decision, Document, Run, Thread
 from criogen.storage.models import Checkpoint as CheckpointRow
-from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
+from criogen.storage.models.runs import ACTIVE_RUN_STATUSES, open_sealed
 
 __all__ = [
+    "HEAD_STATUSES",
     "RunNotFound",
     "ThreadStatus",
+    "TimelineEntry",
     "Viewer",
     "Who",
     "active_runs",
     "active_runs_for",
+    "audit_events",
+    "checkpoint_body",
+    "checkpoint_row",
     "can_operate",
     "check_thread_for",
     "count_assistants",
@@ -50,6 +57,9 @@ __all__ = [
     "expired_threads",
     "find_run",
     "first_run_version",
+    "inbox_assistants",
+    "inbox_page",
+    "open_json",
     "filter_metadata",
     "filter_status",
     "get_run",
@@ -60,18 +70,23 @@ __all__ = [
     "search_assistants",
     "search_limit",
     "search_threads",
+    "status_counts",
     "store_collection",
     "store_item",
     "store_items",
     "store_namespaces",
+    "suspended_threads",
     "thread_exists_for",
     "thread_for",
     "thread_heads",
     "thread_status",
     "thread_statuses",
+    "threads_page",
+    "timeline",
     "viewer",
     "visible_runs",
     "visible_threads",
+    "who_decided",
     "with_status",
 ]
 
@@ -769,3 +784,324 @@ def store_namespaces(
         if labels not in out:
             out.append(labels)
     return out[offset : offset + limit]
+
+
+# -- stored JSON ----------------------------------------------------------------------------
+
+
+def open_json(text: str | None) -> Any:
+    """Decode a JSON column the engine wrote (a checkpoint body, an audit event's
+    details), opening it first if it is encrypted at rest; None when the text cannot be
+    read (no key, the wrong key, or not JSON)."""
+    if not text:
+        return None
+    try:
+        return json.loads(open_sealed(text))
+    except Exception:  # noqa: BLE001 - unreadable (wrong key): shown as missing, not a crash
+        return None
+
+
+def checkpoint_body(row: CheckpointRow | None) -> dict[str, Any]:
+    """The decoded body of a checkpoint row: interrupts, error, metadata… ({} when
+    absent or unreadable)."""
+    if row is None:
+        return {}
+    data = open_json(row.body)
+    return data if isinstance(data, dict) else {}
+
+
+def checkpoint_row(*, thread_id: str, checkpoint_id: str) -> CheckpointRow | None:
+    """The thread's checkpoint row ``checkpoint_id`` (body undecoded), or None."""
+    if not checkpoint_id:
+        return None
+    return CheckpointRow.objects.filter(thread_id=thread_id, pk=checkpoint_id).first()
+
+
+# -- the operator console: inbox, threads list, timeline, audit log ------------------------
+
+HEAD_STATUSES = ("in_progress", "suspended", "completed", "failed")
+"""The head statuses the threads list filters and counts by."""
+
+
+def suspended_threads(
+    who: Who,
+    *,
+    assistant: str = "",
+    tool: str = "",
+    older_than: int | None = None,
+    q: str = "",
+) -> QuerySet[Thread]:
+    """Suspended threads ``who`` may see, oldest waiting first: of ``assistant`` (its
+    graph or assistant id), waiting on a call to ``tool``, waiting at least
+    ``older_than`` minutes, whose id or owner's name contains ``q``."""
+    # Thread.updated_at moves with the head, so for a suspended thread it is the moment it
+    # suspended; (head_status, updated_at) is indexed for exactly this query.
+    qs = visible_threads(who).filter(head_status="suspended")
+    if assistant:
+        qs = qs.filter(Q(metadata__graph_id=assistant) | Q(metadata__assistant_id=assistant))
+    if tool:
+        # The body is JSON text written compactly by the engine, so a call to the tool
+        # appears as "name":"<tool>" in the head checkpoint's body.
+        needle = '"name":' + json.dumps(tool, ensure_ascii=False)
+        qs = qs.filter(
+            Exists(CheckpointRow.objects.filter(id=OuterRef("head_id"), body__contains=needle))
+        )
+    if older_than is not None:
+        from django.utils import timezone
+
+        qs = qs.filter(updated_at__lte=timezone.now() - timedelta(minutes=older_than))
+    if q:
+        qs = qs.filter(Q(id__icontains=q) | Q(owner__username__icontains=q))
+    return qs.order_by("updated_at", "id")
+
+
+def inbox_page(
+    who: Who, *, limit: int, **filters: Any
+) -> tuple[list[Thread], dict[str, CheckpointRow], int]:
+    """The first ``limit`` of :func:`suspended_threads` (``filters`` as it takes them),
+    with their owners; their head checkpoint rows by id; and how many match in all.
+
+    Three queries whatever the number of rows: the count, the threads (with owners), and
+    their head checkpoints.
+    """
+    qs = suspended_threads(who, **filters)
+    total = qs.count()
+    threads = list(qs.select_related("owner")[:limit])
+    heads = {
+        row.id: row
+        for row in CheckpointRow.objects.filter(id__in=[t.head_id for t in threads if t.head_id])
+    }
+    return threads, heads, total
+
+
+def inbox_assistants(who: Who) -> list[str]:
+    """Assistants seen among the suspended threads ``who`` may see, sorted."""
+    # The distinct pairs of the two keys, computed by the database: fetching and decoding
+    # 1,000 metadata documents to find a handful of names was most of the page's queries'
+    # time. The values are JSON text (as the ORM reads a JSON column), decoded here.
+    rows = suspended_threads(who).values_list(
+        KeyTransform("graph_id", "metadata"), KeyTransform("assistant_id", "metadata")
+    )[:1000]
+    sql, params = rows.query.sql_with_params()
+    with connections[rows.db].cursor() as cur:
+        cur.execute(f"SELECT DISTINCT * FROM ({sql}) AS seen", params)  # noqa: S608
+        pairs = cur.fetchall()
+    names = set()
+    for graph, assistant in pairs:
+        name = _json_value(graph) or _json_value(assistant)
+        if name:
+            names.add(str(name))
+    return sorted(names)
+
+
+def _json_value(value: Any) -> Any:
+    """A JSON value as a raw cursor returns it: text to decode (None for SQL NULL)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def threads_page(
+    who: Who,
+    *,
+    q: str = "",
+    status: str = "",
+    assistant: str = "",
+    metadata: str = "",
+    after: str = "",
+    size: int = 50,
+) -> tuple[list[Thread], str]:
+    """One page of the threads ``who`` may see, newest update first, and the cursor of
+    the next page ('' at the end): ids containing ``q``, head ``status``, of
+    ``assistant``, with ``metadata`` ``key=value``, after the cursor ``after``.
+
+    Keyset pagination on ``(updated_at, id)`` (indexed), so page 2,000 costs what page 1
+    does and no COUNT over 100,000 rows is run.
+
+    Raises:
+        InvalidArgument: an unknown ``status``, a malformed ``metadata`` search or
+            cursor (``field`` names which).
+    """
+    qs = visible_threads(who)
+    if q:
+        qs = qs.filter(id__icontains=q)
+    if status and status not in HEAD_STATUSES:
+        raise InvalidArgument(
+            f"{status!r} is not a status: use one of {', '.join(HEAD_STATUSES)}.",
+            field="status",
+        )
+    if status:
+        qs = qs.filter(head_status=status)
+    if assistant:
+        qs = qs.filter(Q(metadata__graph_id=assistant) | Q(metadata__assistant_id=assistant))
+    if metadata:
+        key, sep, value = metadata.partition("=")
+        key = key.strip()
+        if not sep or not key or not key.replace("_", "").replace("-", "").isalnum():
+            raise InvalidArgument(
+                "metadata search must look like key=value (letters, digits, _ or -).",
+                field="metadata",
+            )
+        qs = qs.filter(**{f"metadata__{key}": _metadata_value(value.strip())})
+    if after:
+        stamp, sep, last_id = after.partition("|")
+        try:
+            when = datetime.fromisoformat(stamp)
+        except ValueError:
+            raise InvalidArgument(
+                "the page cursor is malformed; start again.", field="after"
+            ) from None
+        if not sep:
+            raise InvalidArgument("the page cursor is malformed; start again.", field="after")
+        qs = qs.filter(Q(updated_at__lt=when) | Q(updated_at=when, id__lt=last_id))
+    rows = list(qs.select_related("owner").order_by("-updated_at", "-id")[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size]
+    return rows, (_cursor(rows[-1]) if more and rows else "")
+
+
+def _cursor(thread: Thread) -> str:
+    """The keyset cursor after ``thread`` in the list (``updated_at|id``)."""
+    return f"{thread.updated_at.isoformat()}|{thread.id}"
+
+
+def _metadata_value(text: str) -> Any:
+    """A metadata search value: JSON when it parses (numbers, true, null), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def status_counts(who: Who) -> dict[str, int]:
+    """The threads ``who`` may see, per head status (one grouped query)."""
+    from django.db.models import Count
+
+    counts = dict.fromkeys(HEAD_STATUSES, 0)
+    for row in visible_threads(who).values("head_status").annotate(n=Count("id")):
+        if row["head_status"] in counts:
+            counts[row["head_status"]] = row["n"]
+    return counts
+
+
+@dataclass
+class TimelineEntry:
+    """One checkpoint as a row of the timeline (no state: that is loaded on demand)."""
+
+    id: str
+    version: int
+    source: str
+    status: str
+    created_at: datetime
+    run_id: str | None
+    parent_id: str | None
+    forked_from: int | None = None
+
+
+def timeline(thread_id: str, *, before: int | None = None, size: int = 100) -> list[TimelineEntry]:
+    """Checkpoints of the thread, newest first (older than version ``before``), without
+    their bodies (one query)."""
+    qs = CheckpointRow.objects.filter(thread_id=thread_id)
+    if before is not None:
+        qs = qs.filter(version__lt=before)
+    rows = qs.order_by("-version").values_list(
+        "id", "version", "source", "status", "created_at", "run_id", "parent_id"
+    )[:size]
+    versions: dict[str, int] = {}
+    entries = []
+    for cid, version, source, status, created_at, run_id, parent_id in rows:
+        versions[cid] = version
+        entries.append(TimelineEntry(cid, version, source, status, created_at, run_id, parent_id))
+    for entry in entries:
+        if entry.source == "fork" and entry.parent_id:
+            entry.forked_from = versions.get(entry.parent_id)
+    return entries
+
+
+def who_decided(thread: Thread, checkpoint_id: str) -> tuple[str, datetime | None]:
+    """Who answered the suspension ``checkpoint_id`` and when, as far as the records tell.
+
+    An agent's approval leaves ``Decision`` rows (contract 4); a workflow's resume leaves
+    the run that resumed it (its ``cancelled_by``/metadata actor) and an audit event. When
+    nothing names a person, the time of the checkpoint that followed is still known.
+    """
+    decision = (
+        Decision.objects.filter(thread_id=thread.pk, checkpoint_id=checkpoint_id)
+        .order_by("decided_at")
+        .first()
+    )
+    if decision is not None and decision.actor:
+        return str(decision.actor), decision.decided_at
+    suspended_at = (
+        CheckpointRow.objects.filter(pk=checkpoint_id).values_list("created_at", flat=True).first()
+    )
+    if suspended_at is not None:
+        # A run resuming it records who asked for it (the runner may not pass it on to
+        # the Decision row, so look here too).
+        run = (
+            Run.objects.filter(
+                thread_id=thread.pk, command__isnull=False, created_at__gte=suspended_at
+            )
+            .order_by("created_at")
+            .first()
+        )
+        if run is not None and isinstance(run.metadata, dict) and run.metadata.get("resumed_by"):
+            at = decision.decided_at if decision is not None else run.created_at
+            return str(run.metadata["resumed_by"]), at
+    later = (
+        CheckpointRow.objects.filter(thread_id=thread.pk, parent_id=checkpoint_id)
+        .order_by("version")
+        .first()
+    )
+    at = later.created_at if later is not None else thread.updated_at
+    suspended = CheckpointRow.objects.filter(pk=checkpoint_id).values_list("created_at", flat=True)
+    since = suspended.first() or at
+    # The first person to act on the thread after it suspended is who answered it.
+    event = (
+        AuditEvent.objects.filter(thread_id=thread.pk, created_at__gte=since)
+        .exclude(actor=None)
+        .exclude(actor="")
+        .order_by("created_at")
+        .first()
+    )
+    if event is not None:
+        return str(event.actor), event.created_at
+    if later is not None:
+        meta = checkpoint_body(later).get("metadata") or {}
+        by = meta.get("actor") or meta.get("decided_by") or meta.get("by") or ""
+        return str(by), later.created_at
+    return "", at
+
+
+def audit_events(
+    who: Who,
+    *,
+    actor: str = "",
+    action: str = "",
+    thread: str = "",
+    before: int | None = None,
+    limit: int = 100,
+) -> list[AuditEvent]:
+    """Audit events, newest first, at most ``limit``: of the threads ``who`` may see
+    (every event for operators), whose actor, action and thread id contain ``actor``,
+    ``action`` and ``thread``, older than the event ``before``. Each carries its
+    decoded details as ``details_json`` (:func:`open_json`)."""
+    qs = AuditEvent.objects.all()
+    if not who.is_operator:
+        qs = qs.filter(thread_id__in=visible_threads(who).values("pk"))
+    if actor:
+        qs = qs.filter(actor__icontains=actor)
+    if action:
+        qs = qs.filter(action__icontains=action)
+    if thread:
+        qs = qs.filter(thread_id__icontains=thread)
+    if before is not None:
+        qs = qs.filter(pk__lt=before)
+    events = list(qs.order_by("-pk")[:limit])
+    for event in events:
+        # Details are JSON text, encrypted at rest when a key is set.
+        event.details_json = open_json(event.details)  # type: ignore[attr-defined]
+    return events

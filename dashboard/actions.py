@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
 from criogen.engine.errors import CriogenError
+from criogen.selectors import who_decided
 from criogen.services.runs import answer_thread, retry_thread
 from criogen.services.threads import rewind_thread
-from criogen.storage.models import Checkpoint as CheckpointRow
-from criogen.storage.models import Thread
-from dashboard.data import body_of
+
+if TYPE_CHECKING:
+    from criogen.storage.models import Thread
 
 
 @dataclass
@@ -38,63 +39,6 @@ class Outcome:
 def actor(user: Any) -> str:
     """How the audit trail names a dashboard user."""
     return str(user.get_username()) if getattr(user, "is_authenticated", False) else "anonymous"
-
-
-def who_decided(thread: Thread, checkpoint_id: str) -> tuple[str, datetime | None]:
-    """Who answered the suspension ``checkpoint_id`` and when, as far as the records tell.
-
-    An agent's approval leaves ``Decision`` rows (contract 4); a workflow's resume leaves
-    the run that resumed it (its ``cancelled_by``/metadata actor) and an audit event. When
-    nothing names a person, the time of the checkpoint that followed is still known.
-    """
-    from criogen.storage.models import AuditEvent, Decision, Run
-
-    decision = (
-        Decision.objects.filter(thread_id=thread.pk, checkpoint_id=checkpoint_id)
-        .order_by("decided_at")
-        .first()
-    )
-    if decision is not None and decision.actor:
-        return str(decision.actor), decision.decided_at
-    suspended_at = (
-        CheckpointRow.objects.filter(pk=checkpoint_id).values_list("created_at", flat=True).first()
-    )
-    if suspended_at is not None:
-        # A run resuming it records who asked for it (the runner may not pass it on to
-        # the Decision row, so look here too).
-        run = (
-            Run.objects.filter(
-                thread_id=thread.pk, command__isnull=False, created_at__gte=suspended_at
-            )
-            .order_by("created_at")
-            .first()
-        )
-        if run is not None and isinstance(run.metadata, dict) and run.metadata.get("resumed_by"):
-            at = decision.decided_at if decision is not None else run.created_at
-            return str(run.metadata["resumed_by"]), at
-    later = (
-        CheckpointRow.objects.filter(thread_id=thread.pk, parent_id=checkpoint_id)
-        .order_by("version")
-        .first()
-    )
-    at = later.created_at if later is not None else thread.updated_at
-    suspended = CheckpointRow.objects.filter(pk=checkpoint_id).values_list("created_at", flat=True)
-    since = suspended.first() or at
-    # The first person to act on the thread after it suspended is who answered it.
-    event = (
-        AuditEvent.objects.filter(thread_id=thread.pk, created_at__gte=since)
-        .exclude(actor=None)
-        .exclude(actor="")
-        .order_by("created_at")
-        .first()
-    )
-    if event is not None:
-        return str(event.actor), event.created_at
-    if later is not None:
-        meta = body_of(later).get("metadata") or {}
-        by = meta.get("actor") or meta.get("decided_by") or meta.get("by") or ""
-        return str(by), later.created_at
-    return "", at
 
 
 def _already(thread: Thread, checkpoint_id: str) -> Outcome:

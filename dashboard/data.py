@@ -1,28 +1,56 @@
 """Read-side helpers of the dashboard: what each page shows, in a constant number of queries.
 
 Pages and consumers both call these, so an HTTP response and a live push render the same
-rows. They read the ORM tables (``criogen.storage.models``) and the engine's storage for
-states; they never write. Every function takes the signed-in ``user`` and applies the
-visibility rule of contract 5: operators see every thread, other users only their own.
+rows. The queries are :mod:`criogen.selectors`'; this module turns the signed-in
+``user`` into who is asking (:func:`criogen.selectors.viewer`: operators see every
+thread, other users only their own, contract 5) and the selectors' rows into what the
+templates show. Nothing here writes.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import connections
-from django.db.models import Exists, OuterRef, Q, QuerySet
-from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 from django.utils import timezone
 
-from criogen.storage.models import Checkpoint as CheckpointRow
-from criogen.storage.models import Thread
+from criogen import selectors
+from criogen.engine.errors import InvalidArgument, ThreadNotFound
+from criogen.selectors import HEAD_STATUSES as STATUSES
+from criogen.selectors import TimelineEntry, can_operate, open_json, viewer
+from criogen.selectors import checkpoint_body as body_of
+
+if TYPE_CHECKING:
+    from criogen.storage.models import Thread
+
+__all__ = [
+    "STATUSES",
+    "BadFilter",
+    "InboxFilters",
+    "InboxItem",
+    "ThreadFilters",
+    "TimelineEntry",
+    "WaitingCall",
+    "assistant_of",
+    "body_of",
+    "can_operate",
+    "describe_interrupts",
+    "get_thread_for_user",
+    "inbox_assistants",
+    "inbox_count",
+    "inbox_items",
+    "open_json",
+    "state_diff",
+    "status_counts",
+    "thread_url",
+    "threads_page",
+    "timeline",
+    "transcript",
+]
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -32,29 +60,14 @@ THREADS_PAGE = 50
 """Rows per page of the threads list."""
 TIMELINE_PAGE = 100
 """Checkpoints per page of a thread's timeline (newest first; older ones are paged)."""
-STATUSES = ("in_progress", "suspended", "completed", "failed")
-
-
-def can_operate(user: User) -> bool:
-    """Whether ``user`` may act on threads: staff, or the ``criogen.operate`` permission."""
-    if not user.is_authenticated:
-        return False
-    return bool(user.is_staff or user.has_perm("criogen.operate"))  # type: ignore[union-attr]
-
-
-def visible_threads(user: User) -> QuerySet[Thread]:
-    """The threads ``user`` may see (contract 5): all for operators, else their own."""
-    qs = Thread.objects.all()
-    if not can_operate(user):
-        qs = qs.filter(owner_id=getattr(user, "pk", None))
-    return qs
 
 
 def get_thread_for_user(user: User, thread_id: str) -> Thread:
-    """The thread, or Http404 when it does not exist or ``user`` may not see it."""
+    """The thread with its owner, or Http404 when it does not exist or ``user`` may not
+    see it (:func:`criogen.selectors.thread_for`)."""
     try:
-        return visible_threads(user).select_related("owner").get(pk=thread_id)
-    except Thread.DoesNotExist:
+        return selectors.thread_for(viewer(user), thread_id, owner=True)
+    except ThreadNotFound:
         raise Http404(f"No thread {thread_id!r}.") from None
 
 
@@ -188,31 +201,6 @@ def describe_interrupts(
     return "workflow", "", None, []
 
 
-def open_json(text: str | None) -> Any:
-    """Decode a JSON column the engine wrote, opening it first if it is encrypted at rest.
-
-    Uses the shared storage's ``_open`` (the one place that knows the key); None when the
-    text cannot be read (no key, or not JSON).
-    """
-    if not text:
-        return None
-    from criogen.registry import storage
-
-    opener = getattr(storage(), "_open", None)
-    try:
-        return json.loads(opener(text) if opener is not None else text)
-    except Exception:  # noqa: BLE001 - unreadable (wrong key): shown as missing, not a crash
-        return None
-
-
-def body_of(row: CheckpointRow | None) -> dict[str, Any]:
-    """The decoded body of a checkpoint row ({} when absent or unreadable)."""
-    if row is None:
-        return {}
-    data = open_json(row.body)
-    return data if isinstance(data, dict) else {}
-
-
 @dataclass
 class InboxFilters:
     """What the inbox is narrowed to (all optional)."""
@@ -251,28 +239,6 @@ class InboxFilters:
         return bool(self.as_query())
 
 
-def suspended_threads(user: User, filters: InboxFilters | None = None) -> QuerySet[Thread]:
-    """Suspended threads ``user`` may see, oldest waiting first, narrowed by ``filters``."""
-    f = filters or InboxFilters()
-    # Thread.updated_at moves with the head, so for a suspended thread it is the moment it
-    # suspended; (head_status, updated_at) is indexed for exactly this query.
-    qs = visible_threads(user).filter(head_status="suspended")
-    if f.assistant:
-        qs = qs.filter(Q(metadata__graph_id=f.assistant) | Q(metadata__assistant_id=f.assistant))
-    if f.tool:
-        # The body is JSON text written compactly by the engine, so a call to the tool
-        # appears as "name":"<tool>" in the head checkpoint's body.
-        needle = '"name":' + json.dumps(f.tool, ensure_ascii=False)
-        qs = qs.filter(
-            Exists(CheckpointRow.objects.filter(id=OuterRef("head_id"), body__contains=needle))
-        )
-    if f.older_than is not None:
-        qs = qs.filter(updated_at__lte=timezone.now() - timedelta(minutes=f.older_than))
-    if f.q:
-        qs = qs.filter(Q(id__icontains=f.q) | Q(owner__username__icontains=f.q))
-    return qs.order_by("updated_at", "id")
-
-
 def inbox_items(
     user: User, filters: InboxFilters | None = None, *, limit: int = INBOX_LIMIT
 ) -> tuple[list[InboxItem], int]:
@@ -281,13 +247,9 @@ def inbox_items(
     Three queries whatever the number of rows: the count, the threads (with owners), and
     their head checkpoints.
     """
-    qs = suspended_threads(user, filters)
-    total = qs.count()
-    threads = list(qs.select_related("owner")[:limit])
-    heads = {
-        row.id: row
-        for row in CheckpointRow.objects.filter(id__in=[t.head_id for t in threads if t.head_id])
-    }
+    threads, heads, total = selectors.inbox_page(
+        viewer(user), limit=limit, **_inbox_filters(filters)
+    )
     items = []
     for thread in threads:
         row = heads.get(thread.head_id)
@@ -310,41 +272,21 @@ def inbox_items(
     return items, total
 
 
+def _inbox_filters(filters: InboxFilters | None) -> dict[str, Any]:
+    f = filters or InboxFilters()
+    return {"assistant": f.assistant, "tool": f.tool, "older_than": f.older_than, "q": f.q}
+
+
 def inbox_count(user: User) -> int:
     """How many suspended threads ``user`` may see (the number in the navigation)."""
     if not user.is_authenticated:
         return 0
-    return suspended_threads(user).count()
+    return selectors.suspended_threads(viewer(user)).count()
 
 
 def inbox_assistants(user: User) -> list[str]:
     """Assistants seen among the suspended threads (for the filter's choices), sorted."""
-    # The distinct pairs of the two keys, computed by the database: fetching and decoding
-    # 1,000 metadata documents to find a handful of names was most of the page's queries'
-    # time. The values are JSON text (as the ORM reads a JSON column), decoded here.
-    rows = suspended_threads(user).values_list(
-        KeyTransform("graph_id", "metadata"), KeyTransform("assistant_id", "metadata")
-    )[:1000]
-    sql, params = rows.query.sql_with_params()
-    with connections[rows.db].cursor() as cur:
-        cur.execute(f"SELECT DISTINCT * FROM ({sql}) AS seen", params)  # noqa: S608
-        pairs = cur.fetchall()
-    names = set()
-    for graph, assistant in pairs:
-        name = _json_value(graph) or _json_value(assistant)
-        if name:
-            names.add(str(name))
-    return sorted(names)
-
-
-def _json_value(value: Any) -> Any:
-    """A JSON value as a raw cursor returns it: text to decode (None for SQL NULL)."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+    return selectors.inbox_assistants(viewer(user))
 
 
 # -- threads list ---------------------------------------------------------------------------
@@ -392,114 +334,42 @@ class BadFilter(ValueError):
         self.field = field_name
 
 
-def encode_cursor(thread: Thread) -> str:
-    """The keyset cursor after ``thread`` in the list (``updated_at|id``)."""
-    return f"{thread.updated_at.isoformat()}|{thread.id}"
-
-
 def threads_page(
     user: User, filters: ThreadFilters, *, after: str = "", size: int = THREADS_PAGE
 ) -> tuple[list[Thread], str]:
-    """One page of threads, newest update first, and the cursor of the next page ('' at end).
-
-    Keyset pagination on ``(updated_at, id)`` (indexed), so page 2,000 costs what page 1
-    does and no COUNT over 100,000 rows is run.
+    """One page of threads, newest update first, and the cursor of the next page ('' at
+    end) (:func:`criogen.selectors.threads_page`).
 
     Raises:
         BadFilter: an unknown ``status``, a malformed ``metadata`` search or cursor.
     """
-    qs = visible_threads(user)
-    if filters.q:
-        qs = qs.filter(id__icontains=filters.q)
-    if filters.status and filters.status not in STATUSES:
-        raise BadFilter(
-            "status",
-            f"{filters.status!r} is not a status: use one of {', '.join(STATUSES)}.",
-        )
-    if filters.status:
-        qs = qs.filter(head_status=filters.status)
-    if filters.assistant:
-        qs = qs.filter(
-            Q(metadata__graph_id=filters.assistant) | Q(metadata__assistant_id=filters.assistant)
-        )
-    if filters.metadata:
-        key, sep, value = filters.metadata.partition("=")
-        key = key.strip()
-        if not sep or not key or not key.replace("_", "").replace("-", "").isalnum():
-            raise BadFilter(
-                "metadata", "metadata search must look like key=value (letters, digits, _ or -)."
-            )
-        qs = qs.filter(**{f"metadata__{key}": _metadata_value(value.strip())})
-    if after:
-        stamp, sep, last_id = after.partition("|")
-        try:
-            when = datetime.fromisoformat(stamp)
-        except ValueError:
-            raise BadFilter("after", "the page cursor is malformed; start again.") from None
-        if not sep:
-            raise BadFilter("after", "the page cursor is malformed; start again.")
-        qs = qs.filter(Q(updated_at__lt=when) | Q(updated_at=when, id__lt=last_id))
-    rows = list(qs.select_related("owner").order_by("-updated_at", "-id")[: size + 1])
-    more = len(rows) > size
-    rows = rows[:size]
-    return rows, (encode_cursor(rows[-1]) if more and rows else "")
-
-
-def _metadata_value(text: str) -> Any:
-    """A metadata search value: JSON when it parses (numbers, true, null), else the text."""
     try:
-        return json.loads(text)
-    except ValueError:
-        return text
+        return selectors.threads_page(
+            viewer(user),
+            q=filters.q,
+            status=filters.status,
+            assistant=filters.assistant,
+            metadata=filters.metadata,
+            after=after,
+            size=size,
+        )
+    except InvalidArgument as exc:
+        raise BadFilter(str(exc.details.get("field") or ""), exc.message) from None
 
 
 def status_counts(user: User) -> dict[str, int]:
     """Threads per head status (one grouped query)."""
-    from django.db.models import Count
-
-    counts = dict.fromkeys(STATUSES, 0)
-    for row in visible_threads(user).values("head_status").annotate(n=Count("id")):
-        if row["head_status"] in counts:
-            counts[row["head_status"]] = row["n"]
-    return counts
+    return selectors.status_counts(viewer(user))
 
 
 # -- timeline --------------------------------------------------------------------------------
-
-
-@dataclass
-class TimelineEntry:
-    """One checkpoint as a row of the timeline (no state: that is loaded on demand)."""
-
-    id: str
-    version: int
-    source: str
-    status: str
-    created_at: datetime
-    run_id: str | None
-    parent_id: str | None
-    forked_from: int | None = None
 
 
 def timeline(
     thread: Thread, *, before: int | None = None, size: int = TIMELINE_PAGE
 ) -> list[TimelineEntry]:
     """Checkpoints of ``thread``, newest first, without their bodies (one query)."""
-    qs = CheckpointRow.objects.filter(thread_id=thread.pk)
-    if before is not None:
-        qs = qs.filter(version__lt=before)
-    rows = qs.order_by("-version").values_list(
-        "id", "version", "source", "status", "created_at", "run_id", "parent_id"
-    )[:size]
-    versions: dict[str, int] = {}
-    entries = []
-    for cid, version, source, status, created_at, run_id, parent_id in rows:
-        versions[cid] = version
-        entries.append(TimelineEntry(cid, version, source, status, created_at, run_id, parent_id))
-    for entry in entries:
-        if entry.source == "fork" and entry.parent_id:
-            entry.forked_from = versions.get(entry.parent_id)
-    return entries
+    return selectors.timeline(thread.pk, before=before, size=size)
 
 
 def state_diff(before: dict[str, Any] | None, after: dict[str, Any]) -> list[dict[str, Any]]:

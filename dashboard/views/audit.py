@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -11,15 +9,10 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard.data import open_json, visible_threads
+from criogen.selectors import audit_events, viewer
 from dashboard.views.common import HtmxHttpRequest, base_context
 
 PAGE = 100
-
-
-def _audit_model() -> Any:
-    models = importlib.import_module("criogen.storage.models")
-    return getattr(models, "AuditEvent", None)
 
 
 @require_GET
@@ -27,27 +20,23 @@ def _audit_model() -> Any:
 def audit(request: HtmxHttpRequest) -> HttpResponse:
     """Audit events (contract 4's ``AuditEvent``), filtered by actor, action and thread."""
     context = base_context(request, "audit")
-    model = _audit_model()
     f = {k: request.GET.get(k, "").strip() for k in ("actor", "action", "thread")}
-    context.update({"available": model is not None, "f": f, "events": [], "older": None})
-    if model is not None:
-        qs = model.objects.all()
-        if not context["can_act"]:
-            qs = qs.filter(thread_id__in=visible_threads(request.user).values("pk"))
-        if f["actor"]:
-            qs = qs.filter(actor__icontains=f["actor"])
-        if f["action"]:
-            qs = qs.filter(action__icontains=f["action"])
-        if f["thread"]:
-            qs = qs.filter(thread_id__icontains=f["thread"])
-        before = request.GET.get("before", "")
-        if before.isdigit():
-            qs = qs.filter(pk__lt=int(before))
-        events = list(qs.order_by("-pk")[: PAGE + 1])
-        for event in events:
-            # Details are JSON text, encrypted at rest when a key is set.
-            event.details_json = open_json(event.details)
-        context["events"] = events[:PAGE]
-        context["older"] = events[PAGE - 1].pk if len(events) > PAGE else None
-        context["query"] = urlencode({k: v for k, v in f.items() if v})
+    before = request.GET.get("before", "")
+    events = audit_events(
+        viewer(request.user),
+        actor=f["actor"],
+        action=f["action"],
+        thread=f["thread"],
+        before=int(before) if before.isdigit() else None,
+        limit=PAGE + 1,
+    )
+    context.update(
+        {
+            "available": True,
+            "f": f,
+            "events": events[:PAGE],
+            "older": events[PAGE - 1].pk if len(events) > PAGE else None,
+            "query": urlencode({k: v for k, v in f.items() if v}),
+        }
+    )
     return render(request, "dashboard/audit.html", context)

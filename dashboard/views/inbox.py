@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from criogen.selectors import checkpoint_row, viewer, visible_threads
 from dashboard import actions
 from dashboard.data import (
     InboxFilters,
@@ -19,7 +20,6 @@ from dashboard.data import (
     inbox_assistants,
     inbox_items,
     thread_url,
-    visible_threads,
 )
 from dashboard.forms import FormError, decisions_from
 from dashboard.views.common import HtmxHttpRequest, base_context, require_operator
@@ -78,7 +78,8 @@ def inbox_bulk(request: HtmxHttpRequest) -> HttpResponse:
         error = f"Nothing is selected: tick the cards to {button} first, then press the button."
     else:
         ids = {s.partition("|")[0]: s.partition("|")[2] for s in selected[:200]}
-        threads = {t.pk: t for t in visible_threads(request.user).filter(pk__in=list(ids))}
+        mine = visible_threads(viewer(request.user))
+        threads = {t.pk: t for t in mine.filter(pk__in=list(ids))}
         for thread_id, expected in ids.items():
             thread = threads.get(thread_id)
             if thread is None:
@@ -108,9 +109,7 @@ def inbox_bulk(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def _decide_one(thread: Any, expected: str, button: str, request: HttpRequest) -> actions.Outcome:
-    from criogen.storage.models import Checkpoint as CheckpointRow
-
-    row = CheckpointRow.objects.filter(pk=expected, thread_id=thread.pk).first()
+    row = checkpoint_row(thread_id=thread.pk, checkpoint_id=expected)
     interrupts = list(body_of(row).get("interrupts") or [])
     kind, _, _, calls = describe_interrupts(interrupts)
     if kind != "approval":

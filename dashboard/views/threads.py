@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -12,9 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from criogen import Storage
 from criogen.engine.errors import CheckpointNotFound
-from criogen.selectors import runs_for_thread
-from criogen.storage.models import Checkpoint as CheckpointRow
-from criogen.storage.models import Thread
+from criogen.selectors import checkpoint_row, runs_for_thread
 from dashboard import actions
 from dashboard.data import (
     STATUSES,
@@ -36,6 +34,9 @@ from dashboard.data import (
 )
 from dashboard.forms import FormError, decisions_from, parse_json
 from dashboard.views.common import HtmxHttpRequest, base_context, render_parts, require_operator
+
+if TYPE_CHECKING:
+    from criogen.storage.models import Thread
 
 
 @require_GET
@@ -78,7 +79,7 @@ def threads(request: HtmxHttpRequest) -> HttpResponse:
 
 def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, Any]:
     """What the actions partial needs: the waiting suspension, retry, and the runs."""
-    head = CheckpointRow.objects.filter(pk=thread.head_id).first() if thread.head_id else None
+    head = checkpoint_row(thread_id=thread.pk, checkpoint_id=thread.head_id)
     body = body_of(head)
     waiting = None
     if thread.head_status == "suspended" and head is not None:
@@ -186,7 +187,7 @@ def rewind_confirm(request: HtmxHttpRequest, thread_id: str, checkpoint_id: str)
     """Ask before rewinding: what a fork does, and a button to do it."""
     require_operator(request)
     t = get_thread_for_user(request.user, thread_id)
-    target = CheckpointRow.objects.filter(thread_id=t.pk, pk=checkpoint_id).first()
+    target = checkpoint_row(thread_id=t.pk, checkpoint_id=checkpoint_id)
     if target is None:
         raise Http404(f"Thread {t.pk!r} has no checkpoint {checkpoint_id!r}.")
     context = base_context(request, "threads")
@@ -309,9 +310,7 @@ def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> a
         value = parse_json(request.POST.get("value", ""), "value")
         return actions.resume(thread=t, expected=expected, value=value, user=user)
     if button in ("approve", "reject", "edit", "decide"):
-        row = (
-            CheckpointRow.objects.filter(thread_id=t.pk, pk=expected).first() if expected else None
-        )
+        row = checkpoint_row(thread_id=t.pk, checkpoint_id=expected)
         if row is None:
             raise FormError("expected", "Which suspension are you deciding? Reload the page.")
         interrupts = list(body_of(row).get("interrupts") or [])

@@ -1,13 +1,28 @@
-"""criogen.selectors: runs of a thread, run by id, derived thread status."""
+"""criogen.selectors: who may see a thread, runs of a thread, run by id, derived thread
+status."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission
 
-from criogen.selectors import RunNotFound, get_run, runs_for_thread, thread_status, thread_statuses
+from criogen.engine.errors import ThreadNotFound
+from criogen.selectors import (
+    RunNotFound,
+    check_thread_for,
+    get_run,
+    runs_for_thread,
+    thread_exists_for,
+    thread_for,
+    thread_status,
+    thread_statuses,
+    viewer,
+    visible_threads,
+)
 from criogen.services.assistants import resolve_assistant
 from criogen.storage.models import Run, Thread
 
@@ -74,3 +89,64 @@ def test_a_run_on_another_thread_is_not_found(thread_id: str) -> None:
 
     with pytest.raises(RunNotFound):
         get_run(run_id=str(run.pk), thread_id="other")
+
+
+# -- who may see or act on a thread: one rule for every door --------------------------------
+
+
+@pytest.fixture
+def people(django_user_model: Any) -> dict[str, Any]:
+    operate = Permission.objects.get(content_type__app_label="criogen", codename="operate")
+    olga = django_user_model.objects.create_user("olga-sel")  # operator by permission
+    olga.user_permissions.add(operate)
+    return {
+        "olga": olga,
+        "sam": django_user_model.objects.create_user("sam-sel", is_staff=True),  # staff
+        "alice": django_user_model.objects.create_user("alice-sel"),  # owns a thread
+        "bob": django_user_model.objects.create_user("bob-sel"),  # owns nothing
+    }
+
+
+def test_operators_see_every_thread_and_others_only_their_own(
+    people: dict[str, Any], thread_id: str
+) -> None:
+    Thread.objects.create(id=thread_id, owner=people["alice"])
+    seen = {name: viewer(user) for name, user in people.items()}
+
+    for name in ("olga", "sam", "alice"):
+        assert thread_for(seen[name], thread_id).pk == thread_id, name
+        check_thread_for(seen[name], thread_id)
+        assert thread_exists_for(seen[name], thread_id) is True
+        assert list(visible_threads(seen[name]).values_list("pk", flat=True)) == [thread_id]
+    assert thread_for(seen["olga"], thread_id, status=True).rest_status == "idle"  # type: ignore[attr-defined]
+    assert thread_for(seen["olga"], thread_id, owner=True).owner == people["alice"]
+
+
+def test_another_users_thread_is_not_found_exactly_like_a_missing_one(
+    people: dict[str, Any], thread_id: str
+) -> None:
+    Thread.objects.create(id=thread_id, owner=people["alice"])
+    bob = viewer(people["bob"])
+
+    for tid in (thread_id, "no-such-thread"):
+        with pytest.raises(ThreadNotFound) as caught:
+            thread_for(bob, tid, write=True)
+        assert caught.value.code == "thread_not_found"
+        assert caught.value.message == f"thread {tid!r} not found."
+        with pytest.raises(ThreadNotFound):
+            check_thread_for(bob, tid)
+    with pytest.raises(ThreadNotFound):
+        thread_exists_for(bob, thread_id)
+    assert thread_exists_for(bob, "no-such-thread") is False  # free: a run may create it
+    assert not visible_threads(bob).exists()
+
+
+def test_a_signed_out_user_sees_no_thread(thread_id: str) -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    Thread.objects.create(id=thread_id)  # no owner: not everyone's
+    nobody = viewer(AnonymousUser())
+    assert nobody.is_operator is False
+    assert not visible_threads(nobody).exists()
+    with pytest.raises(ThreadNotFound):
+        thread_for(nobody, thread_id)

@@ -64,6 +64,8 @@ def status_for(exc: CriogenError) -> int:
     """The HTTP status of a Criogen error."""
     if isinstance(exc, TokenExpired):
         return 401
+    if exc.code == "not_allowed_to_decide":
+        return 403
     if isinstance(exc, NotFound) or exc.code.endswith("_not_found"):
         return 404
     if isinstance(exc, _UNPROCESSABLE):

@@ -11,6 +11,7 @@ import ipaddress
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -53,6 +54,17 @@ def envfloat(name: str, default: float) -> float:
         return float(value) if value else default
     except ValueError:
         raise ImproperlyConfigured(f"{name}={value!r} is not a number.") from None
+
+
+def envjson(name: str, default: Any) -> Any:
+    """A JSON environment variable (``{"hitl": ["owners"]}``); ``default`` when unset."""
+    import json
+
+    value = os.environ.get(name, "").strip()
+    try:
+        return json.loads(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not JSON.") from None
 
 
 def envsecret(name: str, *, dev_default: str | None) -> str:
@@ -232,6 +244,10 @@ CRIOGEN_ASSISTANTS: dict[str, str] = {
 # comma-separated, to rotate: the first encrypts). Read by Storage.default().
 # The server audits by default: operators' decisions must be traceable.
 CRIOGEN_AUDIT = envbool("CRIOGEN_AUDIT", True)
+# Who may answer a suspension besides operators, per graph id ("*": every graph), for
+# assistants whose metadata names no "deciders": ["owners"] (the thread's owner),
+# ["group:NAME", …] (members of a Django group). Default: operators only.
+CRIOGEN_DECIDERS = envjson("CRIOGEN_DECIDERS", {})
 CRIOGEN_ENCRYPTION_KEY = envstr("CRIOGEN_ENCRYPTION_KEY")
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_RESULT_BACKEND = None  # run outcomes live in the Run table, not in Celery

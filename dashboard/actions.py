@@ -16,11 +16,11 @@ from typing import Any
 from django.utils import timezone
 
 from criogen.engine.errors import CriogenError
-from criogen.services.runs import answer_thread, retry_thread
+from criogen.services.runs import Decider, answer_thread, retry_thread
 from criogen.services.threads import rewind_thread
 from criogen.storage.models import Checkpoint as CheckpointRow
 from criogen.storage.models import Thread
-from dashboard.data import body_of
+from dashboard.data import body_of, can_operate
 
 
 @dataclass
@@ -168,7 +168,14 @@ def _answer(*, thread: Thread, expected: str, value: Any, user: Any) -> None:
     """Answer the suspension ``expected`` with ``value`` through the one answering
     service (compare-and-set on ``expected`` under the thread's lock: two operators
     clicking at once end with exactly one run; the engine audits the decision)."""
-    answer_thread(thread_id=thread.pk, value=value, by=actor(user), door="ui", expected=expected)
+    answer_thread(
+        thread_id=thread.pk,
+        value=value,
+        by=actor(user),
+        door="ui",
+        expected=expected,
+        decider=Decider(user, can_operate(user)),
+    )
 
 
 def resume(*, thread: Thread, expected: str, value: Any, user: Any) -> Outcome:

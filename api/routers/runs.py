@@ -48,7 +48,7 @@ SSE_RESPONSE = {
 
 def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
     """Check the request and create the run (pending; it starts after the commit)."""
-    from criogen.services.runs import create_run
+    from criogen.services.runs import Decider, create_run
 
     api_runs.check_options(payload)
     existed = False
@@ -92,6 +92,7 @@ def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
         owner=who.user,
         by=who.name or "api",
         door="api",
+        decider=Decider(who.user, who.is_operator),
     )
     api_runs.claim_owner(who, run.thread_id, created=not existed)
     return run

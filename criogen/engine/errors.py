@@ -14,6 +14,7 @@ the message says what to do next. The tree::
     │   ├── LeaseLost              lease_lost
     │   ├── AlreadyDecided         already_decided
     │   └── StaleHead              stale_head
+    ├── NotAllowedToDecide         not_allowed_to_decide
     ├── CheckpointNotFound         checkpoint_not_found
     ├── InvalidState               invalid_state
     ├── InvalidSnapshot            invalid_snapshot
@@ -40,6 +41,7 @@ __all__ = [
     "InvalidState",
     "LeaseLost",
     "MaxStepsExceeded",
+    "NotAllowedToDecide",
     "NotSuspended",
     "NothingToRetry",
     "RunCancelled",
@@ -147,6 +149,14 @@ class StaleHead(ThreadError):
     """
 
     code = "stale_head"
+
+
+class NotAllowedToDecide(CriogenError):
+    """The caller may see the thread but not answer its suspension: by default only
+    operators decide; an assistant may let its threads' owners, or named groups,
+    decide too (``metadata.deciders``). Nothing was changed (403 over HTTP)."""
+
+    code = "not_allowed_to_decide"
 
 
 class CheckpointNotFound(CriogenError):

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from django.conf import settings
@@ -30,6 +31,7 @@ from criogen.engine.errors import (
     AlreadyDecided,
     CheckpointNotFound,
     InvalidArgument,
+    NotAllowedToDecide,
     NothingToRetry,
     NotSuspended,
     ThreadBusy,
@@ -52,6 +54,8 @@ __all__ = [
     "cancel_run",
     "create_run",
     "delete_run",
+    "may_decide",
+    "Decider",
     "answer_thread",
     "resolve_durability",
     "resume_thread",
@@ -109,6 +113,7 @@ def create_run(
     by: str | None = None,
     door: str = "api",
     expected: str | None = None,
+    decider: Decider | None = None,
 ) -> Run:
     """Create a run ``pending`` and have it executed once the transaction commits.
 
@@ -129,6 +134,9 @@ def create_run(
         expected: the head checkpoint the caller acted on (compare-and-set): if the
             thread moved on, AlreadyDecided (an answer that came second) or StaleHead,
             and nothing is written.
+        decider: who answers, as the door authenticated them (None: a trusted door —
+            Python, deadlines); an answer is refused with NotAllowedToDecide (403,
+            audited) unless :func:`may_decide` says yes.
     Raises:
         InvalidArgument (422, names the field), ThreadNotFound (404),
         CheckpointNotFound (404), GraphNotFound (404), ThreadBusy (409, strategy
@@ -163,6 +171,9 @@ def create_run(
     check_door(door)
     # Its form only: the address is checked when the webhook is sent (criogen.outbound).
     webhook = check_webhook_url(webhook)
+
+    if resume is not None and decider is not None and thread_id is not None:
+        check_may_decide(decider, thread_id, by=by, door=door)
 
     run_id = uuid.uuid4()
     kwargs = {
@@ -251,6 +262,68 @@ def create_run(
         thread.save(update_fields=["metadata", "updated_at"])
         transaction.on_commit(lambda: _announce_and_enqueue(run))
     return run
+
+
+@dataclass(frozen=True)
+class Decider:
+    """Who answers a suspension, as the door that authenticated them knows them."""
+
+    user: Any
+    """The Django user (None when authentication is off: an operator)."""
+    is_operator: bool
+    """Staff or ``criogen.operate``: operators decide every suspension."""
+
+
+def deciders_of(assistant: Assistant) -> list[str]:
+    """Who besides operators may answer the suspensions of ``assistant``'s threads:
+    its ``metadata["deciders"]``, else ``settings.CRIOGEN_DECIDERS`` for its graph id
+    (or ``"*"``). ``"owners"`` is the thread's owner; ``"group:NAME"`` members of that
+    Django group."""
+    own = (assistant.metadata or {}).get("deciders")
+    if isinstance(own, list):
+        return [str(rule) for rule in own]
+    defaults = getattr(settings, "CRIOGEN_DECIDERS", {}) or {}
+    rules = defaults.get(assistant.graph_id, defaults.get("*", []))
+    return [str(rule) for rule in rules] if isinstance(rules, list) else []
+
+
+def may_decide(decider: Decider, thread: Thread, assistant: Assistant) -> bool:
+    """Whether ``decider`` may answer ``thread``'s suspension (and edit its calls)."""
+    if decider.is_operator:
+        return True
+    user = decider.user
+    if user is None or not getattr(user, "is_active", False):
+        return False
+    rules = deciders_of(assistant)
+    if "owners" in rules and thread.owner_id is not None and thread.owner_id == user.pk:
+        return True
+    groups = [rule[len("group:") :] for rule in rules if rule.startswith("group:")]
+    return bool(groups) and user.groups.filter(name__in=groups).exists()
+
+
+def check_may_decide(decider: Decider, thread_id: str, *, by: str | None, door: str) -> None:
+    """Refuse (NotAllowedToDecide, audited as ``decide_refused``) an answer from someone
+    who may not decide the thread's suspension; the assistant that counts is the one
+    whose run suspended (the thread's last), not the one the answer names."""
+    thread = Thread.objects.filter(pk=thread_id).first()
+    if thread is None:
+        return  # create_run answers ThreadNotFound
+    assistant = _thread_assistant(thread_id)
+    if may_decide(decider, thread, assistant):
+        return
+    storage().record_audit(
+        "decide_refused",
+        thread_id=thread_id,
+        actor=by,
+        door=door,
+        details={"assistant_id": str(assistant.assistant_id), "head": thread.head_id},
+    )
+    raise NotAllowedToDecide(
+        f"{by or 'you'} may not answer the suspensions of thread {thread_id!r}: only "
+        "operators decide here (an assistant can let its threads' owners or named groups "
+        "decide: metadata.deciders).",
+        thread_id=thread_id,
+    )
 
 
 def _refuse_stale(thread: Thread, expected: str, answering: Run | None) -> NoReturn:
@@ -507,6 +580,7 @@ def answer_thread(
     door: str,
     expected: str | None = None,
     metadata: dict[str, Any] | None = None,
+    decider: Decider | None = None,
 ) -> Run:
     """Answer the thread's suspension with ``value`` — the one way every door answers
     (dashboard, deadlines; the REST API's resume runs reach :func:`create_run` with
@@ -527,6 +601,7 @@ def answer_thread(
         by=by,
         door=door,
         expected=expected,
+        decider=decider,
     )
 
 

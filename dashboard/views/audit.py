@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
+from django.db.models import Exists, OuterRef
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -33,7 +34,13 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     if model is not None:
         qs = model.objects.all()
         if not context["can_act"]:
-            qs = qs.filter(thread_id__in=visible_threads(request.user).values("pk"))
+            # A thread is its id *and* its life: events written before the visible
+            # thread was created belong to an earlier thread of the same id (deleted,
+            # perhaps another user's) and are never shown to the id's next owner.
+            current = visible_threads(request.user).filter(
+                pk=OuterRef("thread_id"), created_at__lte=OuterRef("created_at")
+            )
+            qs = qs.filter(Exists(current))
         if f["actor"]:
             qs = qs.filter(actor__icontains=f["actor"])
         if f["action"]:

@@ -579,6 +579,27 @@ class AgentThread(ThreadBase):
         Raises AlreadyDecided (someone answered first), StaleDecision, NotSuspended,
         InvalidArgument (nothing decided).
         """
+        build, version = self._decisions_builder(value, version)
+        return _Turn(self, options, None, by).start_decisions(build, "decide", version)
+
+    def check_answer(self, value: Any) -> None:
+        """Check ``value`` as :meth:`resume` would against the suspension pending now —
+        its shape, one decision per call, edits that fit the tool's schema — without
+        taking the thread or writing anything (the server checks an answer this way
+        before it creates the run). A thread that does not wait passes: the answer
+        itself is refused then, by name."""
+        head = self.head
+        if head is None or head.status != "suspended" or not head.interrupts:
+            return
+        build, _ = self._decisions_builder(value, None)
+        calls = list(head.interrupts[0].get("calls", []))
+        _Turn(self, {}, None, None)._check_edits(calls, build(calls))
+
+    def _decisions_builder(
+        self, value: Any, version: int | None
+    ) -> tuple[Callable[[list[dict[str, Any]]], dict[str, dict[str, Any]]], int | None]:
+        """The HITL response ``value`` parsed: a function from the pending calls to the
+        decision per call id, and the version it is bound to (from ``value`` if given)."""
         every: Any = None
         if isinstance(value, Mapping) and "decisions" in value:
             raw = value["decisions"]
@@ -617,7 +638,7 @@ class AgentThread(ThreadBase):
                 for i, (c, d) in enumerate(zip(calls, raw, strict=True))
             }
 
-        return _Turn(self, options, None, by).start_decisions(build, "decide", version)
+        return build, version
 
     def approve(
         self, *, by: str | None = None, version: int | None = None, **options: Any
@@ -981,7 +1002,9 @@ class _Turn:
             tool = self.agent.tools.get(by_id[cid]["name"])
             if d["type"] == "edit" and tool is not None:
                 try:
-                    tool.validate_args(d["args"])
+                    # Cleaned as the tool will read them ("5" -> 5.0 for a number): the
+                    # decision records what runs.
+                    d["args"] = tool.validate_args(d["args"])
                 except InvalidToolCall as exc:
                     raise InvalidArgument(
                         f"the edited arguments of call {cid!r} do not fit tool "
@@ -1273,6 +1296,14 @@ class _Turn:
         try:
             result = tool.invoke(args, ctx)
             message = tool_result(cid, name, result)
+            if kind == "edit":
+                # The model's call above keeps its own arguments; say what ran instead,
+                # so the model and whoever reads the transcript both see the change.
+                ran = json.dumps(dict(args), ensure_ascii=False, sort_keys=True)
+                message["content"] = (
+                    f"[A person edited this call: {name} ran with {ran}, not with the "
+                    f"arguments above.] {message['content']}"
+                )
         except InvalidToolCall as exc:
             message = tool_result(cid, name, exc.message, "error")
         except Exception as exc:  # noqa: BLE001 - the model sees the error and may recover

@@ -116,6 +116,11 @@ class ThreadBase:
         """The audit trail of this thread (``AuditRecord``), newest first."""
         return self.storage.audit_events(thread_id=self.id, limit=limit)  # type: ignore[no-any-return]
 
+    def check_answer(self, value: Any) -> None:
+        """Check an answer to the pending suspension as the graph's resume would,
+        without taking the thread or writing anything (InvalidArgument naming what is
+        wrong). A thread that does not wait passes: resuming it is refused by name."""
+
     # -- the audit trail ------------------------------------------------------------------
 
     def _audit_event(

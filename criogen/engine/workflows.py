@@ -458,6 +458,19 @@ class WorkflowThread(ThreadBase):
         audit = self._audit_event("retry", by=by, door=door, details={})
         return self._go("retry", audit=audit, expected=expected, **options)
 
+    def check_answer(self, value: Any) -> None:
+        check_json(value, "resume value")
+        head = self.head
+        if head is None or head.status != "suspended" or len(head.interrupts) < 2:
+            return
+        ids = {i["id"] for i in head.interrupts}
+        if not (isinstance(value, dict) and value and set(value) <= ids):
+            raise InvalidArgument(
+                f"{len(ids)} suspensions are pending; resume with {{interrupt_id: value, …}} "
+                f"naming them ({', '.join(sorted(ids))}).",
+                field="command.resume",
+            )
+
     def _prepare_update(self, values: Mapping[str, Any] | None, as_node: str | None) -> Any:
         if as_node is not None and as_node not in self.app.graph.nodes:
             known = ", ".join(self.app.graph.nodes)

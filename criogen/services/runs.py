@@ -41,7 +41,7 @@ from criogen.engine.runner import check_durability
 from criogen.engine.state import check_json
 from criogen.engine.threads import check_door, check_expected
 from criogen.outbound import check_webhook_url
-from criogen.registry import storage
+from criogen.registry import get_graph, storage
 from criogen.selectors import RunNotFound
 from criogen.services.assistants import resolve_assistant
 from criogen.storage.models import Assistant, AuditEvent, Checkpoint, Run, Thread
@@ -174,6 +174,10 @@ def create_run(
 
     if resume is not None and decider is not None and thread_id is not None:
         check_may_decide(decider, thread_id, by=by, door=door)
+    if resume is not None and thread_id is not None:
+        # A bad answer (an edit that does not fit the tool, a missing decision) is a
+        # 422 naming it now, before any run exists, not a run that fails later.
+        get_graph(assistant.graph_id).thread(thread_id).check_answer(command["resume"])
 
     run_id = uuid.uuid4()
     kwargs = {

@@ -460,8 +460,12 @@ def _call(run: Run, stop: _Stop) -> Any:
     actor = {"by": str(by) if by else None, "door": kwargs.get("door") or "api"}
     if kwargs.get("action") == "retry":
         return thread.retry(**options, **actor)
-    if run.command is not None:
+    if run.command is not None and "resume" in run.command:
         return thread.resume(run.command.get("resume"), **options, **actor)
+    if run.command is not None:
+        # command.update alone: applied when the run was created; the thread goes on
+        # waiting (or stays as it is).
+        return _ended(thread.head) if thread.head is not None else {"status": "success"}
     if run.checkpoint_id:
         # A fork written without this run's id: if the run is claimed again after a
         # crash, it forks again instead of mistaking the fork for its own progress.

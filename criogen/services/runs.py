@@ -178,6 +178,20 @@ def create_run(
         # A bad answer (an edit that does not fit the tool, a missing decision) is a
         # 422 naming it now, before any run exists, not a run that fails later.
         get_graph(assistant.graph_id).thread(thread_id).check_answer(command["resume"])
+    update = (command or {}).get("update")
+    if update is not None:
+        if thread_id is None:
+            raise InvalidArgument(
+                "command.update needs a thread to update.", field="command.update"
+            )
+        if decider is not None and not decider.is_operator:
+            check_may_decide(decider, thread_id, by=by, door=door)
+        # command.update is the one update_state (audited, by the caller), applied
+        # before the run: with a resume the run then answers the updated thread;
+        # alone it changes the values and the thread keeps waiting.
+        from criogen.services.threads import update_thread_state
+
+        update_thread_state(thread_id=thread_id, values=update, by=by, door=door)
 
     run_id = uuid.uuid4()
     kwargs = {
@@ -211,7 +225,7 @@ def create_run(
                 "multitask_strategy 'enqueue', 'interrupt' or 'rollback'.",
                 thread_id=thread.pk,
             )
-        answering = next((r for r in active if r.command is not None), None)
+        answering = next((r for r in active if "resume" in (r.command or {})), None)
         if expected is not None and (thread.head_id != expected or answering is not None):
             _refuse_stale(thread, expected, answering)
         if resume is not None and answering is not None and multitask_strategy == "enqueue":
@@ -407,19 +421,34 @@ def _check_json(value: Any, field: str) -> None:
 
 
 def _check_command(command: Any) -> Any:
+    """The answer (``command["resume"]``) of a valid command, or None: ``update`` (a
+    JSON object, applied first) and ``resume`` are supported."""
     if command is None:
         return None
-    if not isinstance(command, dict) or "resume" not in command:
+    if not isinstance(command, dict) or not ({"resume", "update"} & set(command)):
         raise InvalidArgument(
-            'command must be {"resume": value}; other commands are not supported.',
+            'command must be {"resume": value} and/or {"update": {...}}; other commands '
+            "are not supported.",
             field="command",
         )
-    unsupported = sorted(k for k, v in command.items() if k != "resume" and v is not None)
+    unsupported = sorted(
+        k for k, v in command.items() if k not in ("resume", "update") and v is not None
+    )
     if unsupported:
         raise InvalidArgument(
-            f"command.{unsupported[0]} is not supported; send only command.resume.",
+            f"command.{unsupported[0]} is not supported; send command.resume and/or "
+            "command.update.",
             field=f"command.{unsupported[0]}",
         )
+    update = command.get("update")
+    if update is not None and not isinstance(update, dict):
+        raise InvalidArgument(
+            "command.update must be a JSON object of the state keys to change.",
+            field="command.update",
+        )
+    _check_json(update, "command.update")
+    if "resume" not in command:
+        return None
     _check_json(command["resume"], "command.resume")
     return command
 

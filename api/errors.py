@@ -66,6 +66,8 @@ def status_for(exc: CriogenError) -> int:
         return 401
     if exc.code == "not_allowed_to_decide":
         return 403
+    if exc.code == "state_too_large":
+        return 413
     if isinstance(exc, NotFound) or exc.code.endswith("_not_found"):
         return 404
     if isinstance(exc, _UNPROCESSABLE):

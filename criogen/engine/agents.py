@@ -92,7 +92,7 @@ from criogen.engine.runner import (
     check_on_busy,
 )
 from criogen.engine.state import Delta, apply_update, check_json
-from criogen.engine.threads import ThreadBase, check_door, check_expected
+from criogen.engine.threads import ThreadBase, check_door, check_expected, check_state_size
 from criogen.engine.tools import Tool, ToolContext, build_idempotency_key
 
 __all__ = [
@@ -839,6 +839,7 @@ class _Turn:
                     "usage": {"input_tokens": 0, "output_tokens": 0},
                 }
             state, delta = apply_update(state, update, _REDUCERS, origin="input")
+            check_state_size(self.storage, tid, state)
             active.audit = self.thread._audit_event(
                 "input",
                 by=self.by,

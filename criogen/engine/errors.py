@@ -15,6 +15,7 @@ the message says what to do next. The tree::
     │   ├── AlreadyDecided         already_decided
     │   └── StaleHead              stale_head
     ├── NotAllowedToDecide         not_allowed_to_decide
+    ├── StateTooLarge              state_too_large
     ├── CheckpointNotFound         checkpoint_not_found
     ├── InvalidState               invalid_state
     ├── InvalidSnapshot            invalid_snapshot
@@ -47,6 +48,7 @@ __all__ = [
     "RunCancelled",
     "RunFailed",
     "StaleHead",
+    "StateTooLarge",
     "StorageError",
     "ThreadBusy",
     "ThreadError",
@@ -157,6 +159,14 @@ class NotAllowedToDecide(CriogenError):
     decide too (``metadata.deciders``). Nothing was changed (403 over HTTP)."""
 
     code = "not_allowed_to_decide"
+
+
+class StateTooLarge(CriogenError):
+    """A person's input or update would make the thread's state larger than the
+    storage's ``max_state_bytes``; nothing of it was stored. ``details`` give the
+    ``size`` it would have had and the ``limit`` (413 over HTTP)."""
+
+    code = "state_too_large"
 
 
 class CheckpointNotFound(CriogenError):

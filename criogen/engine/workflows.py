@@ -69,7 +69,7 @@ from criogen.engine.state import (
     check_update,
     compose,
 )
-from criogen.engine.threads import ThreadBase, check_expected
+from criogen.engine.threads import ThreadBase, check_expected, check_state_size
 
 __all__ = [
     "END",
@@ -604,6 +604,7 @@ class _Execution:
                     return self._steps(head.state, list(head.next), dict(head.tasks))
                 state = head.state if head else {}
                 state, delta = apply_update(state, input, self.graph.reducers, origin="input")
+                check_state_size(self.app.storage, thread_id, state)
                 nxt = self.graph.successors(START, state)
                 self.active.write(
                     source="input",

@@ -18,7 +18,7 @@ from criogen.engine.errors import (
     ThreadSuspended,
 )
 from criogen.engine.tools import ToolContext
-from criogen.models import ScriptedModel
+from criogen.llms import ScriptedModel
 
 
 @tool(idempotent=True)

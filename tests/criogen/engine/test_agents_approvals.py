@@ -18,7 +18,7 @@ from criogen.engine.agent_errors import ScriptExhausted
 from criogen.engine.agents import StaleDecision, args_digest
 from criogen.engine.errors import AlreadyDecided, InvalidArgument, NotSuspended, RunFailed
 from criogen.engine.tools import ToolContext
-from criogen.models import ScriptedModel
+from criogen.llms import ScriptedModel
 
 RAN: list[tuple[str, dict[str, Any], str]] = []
 
@@ -411,7 +411,7 @@ def test_a_version_in_the_resume_value_binds_the_decisions(
 
 def test_per_tool_options_go_on_the_approval_suspension() -> None:
     from criogen import Agent, tool
-    from criogen.models import ScriptedModel
+    from criogen.llms import ScriptedModel
 
     @tool
     def pay(amount: float) -> str:
@@ -439,7 +439,7 @@ def test_per_tool_options_go_on_the_approval_suspension() -> None:
 def test_it_refuses_bad_per_tool_options_naming_the_field(options: Any) -> None:
     from criogen import Agent, tool
     from criogen.engine.errors import InvalidArgument
-    from criogen.models import ScriptedModel
+    from criogen.llms import ScriptedModel
 
     @tool
     def pay(amount: float) -> str:

@@ -50,6 +50,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
+from criogen.engine.active_run import (
+    DEFAULT_BUSY_TIMEOUT,
+    DEFAULT_LEASE_SECONDS,
+    ActiveRun,
+    Durability,
+    OnBusy,
+    check_durability,
+    check_on_busy,
+)
 from criogen.engine.agent_errors import InvalidToolCall
 from criogen.engine.checkpoints import (
     Checkpoint,
@@ -81,15 +90,6 @@ from criogen.engine.messages import (
     normalize_messages,
     system,
     tool_result,
-)
-from criogen.engine.runner import (
-    DEFAULT_BUSY_TIMEOUT,
-    DEFAULT_LEASE_SECONDS,
-    ActiveRun,
-    Durability,
-    OnBusy,
-    check_durability,
-    check_on_busy,
 )
 from criogen.engine.state import Delta, apply_update, check_json
 from criogen.engine.threads import ThreadBase, check_door, check_expected

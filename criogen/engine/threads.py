@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from criogen.engine.active_run import ActiveRun
 from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.errors import InvalidArgument, StaleHead
-from criogen.engine.runner import ActiveRun
 
 __all__ = ["DOORS", "ThreadBase", "check_door", "check_expected"]
 

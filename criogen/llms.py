@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from criogen.engine.agent_errors import InvalidMessage, ModelError, ScriptExhausted
+from criogen.engine.errors import InvalidMessage, ModelError, ScriptExhausted
 from criogen.engine.messages import Message, ai, to_openai
 from criogen.engine.tools import Tool, tool_specs
 

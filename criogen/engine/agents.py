@@ -59,7 +59,6 @@ from criogen.engine.active_run import (
     check_durability,
     check_on_busy,
 )
-from criogen.engine.agent_errors import InvalidToolCall
 from criogen.engine.checkpoints import (
     Checkpoint,
     CheckpointId,
@@ -74,13 +73,14 @@ from criogen.engine.errors import (
     AlreadyDecided,
     CriogenError,
     InvalidArgument,
+    InvalidToolCall,
     MaxStepsExceeded,
     NothingToRetry,
     NotSuspended,
     RunCancelled,
     RunFailed,
+    StaleDecision,
     ThreadBusy,
-    ThreadError,
     ThreadInterrupted,
     ThreadSuspended,
 )
@@ -120,13 +120,6 @@ ApproveRule = (
 SUSPENSION_OPTIONS = ("deadline", "default", "remind")
 """What ``approve={tool: {...}}`` may set on a tool's suspension (see deadlines)."""
 DEADLINE_DEFAULTS = ("approve", "reject", "fail", "wait")
-
-
-class StaleDecision(ThreadError):
-    """A decision for a call that is not pending any more (another version, an unknown
-    call id, or arguments other than the ones pending): nothing was decided."""
-
-    code = "stale_decision"
 
 
 def args_digest(args: Mapping[str, Any]) -> str:

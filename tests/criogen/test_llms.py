@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from criogen import llms
-from criogen.engine.agent_errors import InvalidMessage, ModelError, ScriptExhausted
+from criogen.engine.errors import InvalidMessage, ModelError, ScriptExhausted
 from criogen.engine.messages import ai, human, system, tool_result
 from criogen.engine.tools import tool
 from criogen.llms import ChatModel, OpenAIChat, ScriptedModel

@@ -7,13 +7,14 @@ from typing import Any
 import pytest
 
 from criogen import Agent, Storage, tool
-from criogen.engine.agent_errors import ModelError, ScriptExhausted
 from criogen.engine.agents import RESERVED_KEY, AgentThread
 from criogen.engine.errors import (
     InvalidArgument,
     MaxStepsExceeded,
+    ModelError,
     NothingToRetry,
     RunFailed,
+    ScriptExhausted,
     ThreadInterrupted,
     ThreadSuspended,
 )

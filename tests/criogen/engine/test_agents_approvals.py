@@ -14,9 +14,14 @@ from typing import Any
 import pytest
 
 from criogen import Agent, Storage, tool
-from criogen.engine.agent_errors import ScriptExhausted
 from criogen.engine.agents import StaleDecision, args_digest
-from criogen.engine.errors import AlreadyDecided, InvalidArgument, NotSuspended, RunFailed
+from criogen.engine.errors import (
+    AlreadyDecided,
+    InvalidArgument,
+    NotSuspended,
+    RunFailed,
+    ScriptExhausted,
+)
 from criogen.engine.tools import ToolContext
 from criogen.llms import ScriptedModel
 

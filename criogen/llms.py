@@ -8,7 +8,8 @@ protocol). Two ship here:
 - ``ScriptedModel``: plays a fixed list of replies, for tests, demos and notebooks.
 
 This module imports nothing from Django, and ``openai`` only when an ``OpenAIChat`` makes its first
-call.
+call. It was ``criogen.models`` (an alias that warns, for one release): in a Django project that
+name means tables, which live in ``criogen.storage.models``.
 """
 
 from __future__ import annotations

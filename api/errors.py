@@ -26,35 +26,23 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from criogen.engine.errors import (
+    Conflict,
     CriogenError,
     InvalidArgument,
     InvalidGraph,
     InvalidSnapshot,
     InvalidState,
+    NotFound,
     ThreadError,
+    TokenExpired,
 )
 
+# NotFound, Conflict and TokenExpired are defined with every other error in
+# criogen.engine.errors; they stay importable from here, where the API has always
+# imported them.
 __all__ = ["Conflict", "NotFound", "TokenExpired", "register_exception_handlers", "status_for"]
 
 logger = logging.getLogger("api")
-
-
-class NotFound(CriogenError):
-    """An id the caller may not see, or that does not exist (the two look the same)."""
-
-    code = "not_found"
-
-
-class Conflict(CriogenError):
-    """The request conflicts with what exists (``if_exists="raise"`` on a known id…)."""
-
-    code = "conflict"
-
-
-class TokenExpired(CriogenError):
-    """An API token past its ``expires_at`` (401: a real token, but no longer valid)."""
-
-    code = "token_expired"
 
 
 _UNPROCESSABLE = (InvalidArgument, InvalidState, InvalidSnapshot, InvalidGraph)

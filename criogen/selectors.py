@@ -21,7 +21,7 @@ from django.db.models.fields.json import KeyTransform
 from django.db.models.lookups import IsNull
 
 from criogen.engine.checkpoints import Checkpoint
-from criogen.engine.errors import CriogenError
+from criogen.engine.errors import RunNotFound
 from criogen.storage.models import Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 
@@ -40,12 +40,6 @@ __all__ = [
 ]
 
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
-
-
-class RunNotFound(CriogenError):
-    """No run with this id (on this thread)."""
-
-    code = "run_not_found"
 
 
 def get_run(*, run_id: str, thread_id: str | None = None) -> Run:

@@ -50,7 +50,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
-from criogen.engine.agent_errors import InvalidToolCall
+from criogen.engine.active_run import (
+    DEFAULT_BUSY_TIMEOUT,
+    DEFAULT_LEASE_SECONDS,
+    ActiveRun,
+    Durability,
+    OnBusy,
+    check_durability,
+    check_on_busy,
+)
 from criogen.engine.checkpoints import (
     Checkpoint,
     CheckpointId,
@@ -65,13 +73,14 @@ from criogen.engine.errors import (
     AlreadyDecided,
     CriogenError,
     InvalidArgument,
+    InvalidToolCall,
     MaxStepsExceeded,
     NothingToRetry,
     NotSuspended,
     RunCancelled,
     RunFailed,
+    StaleDecision,
     ThreadBusy,
-    ThreadError,
     ThreadInterrupted,
     ThreadSuspended,
 )
@@ -81,15 +90,6 @@ from criogen.engine.messages import (
     normalize_messages,
     system,
     tool_result,
-)
-from criogen.engine.runner import (
-    DEFAULT_BUSY_TIMEOUT,
-    DEFAULT_LEASE_SECONDS,
-    ActiveRun,
-    Durability,
-    OnBusy,
-    check_durability,
-    check_on_busy,
 )
 from criogen.engine.state import Delta, apply_update, check_json
 from criogen.engine.threads import ThreadBase, check_door, check_expected, check_state_size
@@ -120,13 +120,6 @@ ApproveRule = (
 SUSPENSION_OPTIONS = ("deadline", "default", "remind")
 """What ``approve={tool: {...}}`` may set on a tool's suspension (see deadlines)."""
 DEADLINE_DEFAULTS = ("approve", "reject", "fail", "wait")
-
-
-class StaleDecision(ThreadError):
-    """A decision for a call that is not pending any more (another version, an unknown
-    call id, or arguments other than the ones pending): nothing was decided."""
-
-    code = "stale_decision"
 
 
 def args_digest(args: Mapping[str, Any]) -> str:

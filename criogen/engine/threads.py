@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from criogen.engine.active_run import ActiveRun
 from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.errors import InvalidArgument, StaleHead, StateTooLarge
-from criogen.engine.runner import ActiveRun
 from criogen.engine.state import encode
 
 __all__ = ["DOORS", "ThreadBase", "check_door", "check_expected", "check_state_size"]

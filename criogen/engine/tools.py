@@ -44,8 +44,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
-from criogen.engine.agent_errors import InvalidTool, InvalidToolCall
 from criogen.engine.checkpoints import CheckpointId, RunId, ThreadId
+from criogen.engine.errors import InvalidTool, InvalidToolCall
 
 __all__ = [
     "Tool",

@@ -27,6 +27,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NoReturn
 
+from criogen.engine.active_run import (
+    DEFAULT_BUSY_TIMEOUT,
+    DEFAULT_LEASE_SECONDS,
+    ActiveRun,
+    Durability,
+    OnBusy,
+    check_durability,
+    check_on_busy,
+)
 from criogen.engine.checkpoints import (
     Checkpoint,
     CheckpointWrite,
@@ -49,15 +58,6 @@ from criogen.engine.errors import (
     RunFailed,
     ThreadInterrupted,
     ThreadSuspended,
-)
-from criogen.engine.runner import (
-    DEFAULT_BUSY_TIMEOUT,
-    DEFAULT_LEASE_SECONDS,
-    ActiveRun,
-    Durability,
-    OnBusy,
-    check_durability,
-    check_on_busy,
 )
 from criogen.engine.state import (
     Change,

@@ -26,6 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from criogen import dispatch, events
+from criogen.engine.active_run import check_durability
 from criogen.engine.checkpoints import check_thread_id
 from criogen.engine.errors import (
     AlreadyDecided,
@@ -37,7 +38,6 @@ from criogen.engine.errors import (
     ThreadBusy,
     ThreadNotFound,
 )
-from criogen.engine.runner import check_durability
 from criogen.engine.state import check_json
 from criogen.engine.threads import check_door, check_expected
 from criogen.outbound import check_webhook_url

@@ -14,11 +14,16 @@ from typing import Any
 import pytest
 
 from criogen import Agent, Storage, tool
-from criogen.engine.agent_errors import ScriptExhausted
 from criogen.engine.agents import StaleDecision, args_digest
-from criogen.engine.errors import AlreadyDecided, InvalidArgument, NotSuspended, RunFailed
+from criogen.engine.errors import (
+    AlreadyDecided,
+    InvalidArgument,
+    NotSuspended,
+    RunFailed,
+    ScriptExhausted,
+)
 from criogen.engine.tools import ToolContext
-from criogen.models import ScriptedModel
+from criogen.llms import ScriptedModel
 
 RAN: list[tuple[str, dict[str, Any], str]] = []
 
@@ -163,7 +168,7 @@ def test_an_edit_typed_as_text_is_taken_as_the_schema_says_and_checked_before_an
         {"decisions": [{"type": "edit", "args": {"order_id": "42", "amount": "5"}}]}, by="c"
     )
     assert reply.status == "completed"
-    assert RAN == [("refund", {"order_id": "42", "amount": 5.0}, RAN[0][2])]
+    assert [("refund", {"order_id": "42", "amount": 5.0}, RAN[0][2])] == RAN
     (edit,) = t.decisions()
     assert edit.args == {"order_id": "42", "amount": 5.0}  # what ran
     (asked,) = [m for m in t.messages if m.get("tool_calls")]
@@ -436,7 +441,7 @@ def test_a_version_in_the_resume_value_binds_the_decisions(
 
 def test_per_tool_options_go_on_the_approval_suspension() -> None:
     from criogen import Agent, tool
-    from criogen.models import ScriptedModel
+    from criogen.llms import ScriptedModel
 
     @tool
     def pay(amount: float) -> str:
@@ -464,7 +469,7 @@ def test_per_tool_options_go_on_the_approval_suspension() -> None:
 def test_it_refuses_bad_per_tool_options_naming_the_field(options: Any) -> None:
     from criogen import Agent, tool
     from criogen.engine.errors import InvalidArgument
-    from criogen.models import ScriptedModel
+    from criogen.llms import ScriptedModel
 
     @tool
     def pay(amount: float) -> str:

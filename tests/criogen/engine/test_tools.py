@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 import pytest
 
 from criogen.engine import tools
-from criogen.engine.agent_errors import InvalidTool, InvalidToolCall
+from criogen.engine.errors import InvalidTool, InvalidToolCall
 from criogen.engine.tools import Tool, ToolContext, build_idempotency_key, tool, tool_specs
 
 

@@ -27,6 +27,7 @@ CODES = {
     "StaleDecision": "stale_decision",
     "StaleHead": "stale_head",
     "NotAllowedToDecide": "not_allowed_to_decide",
+    "StateTooLarge": "state_too_large",
     "CheckpointNotFound": "checkpoint_not_found",
     "RunNotFound": "run_not_found",
     "GraphNotFound": "graph_not_found",

@@ -45,6 +45,7 @@ class Figures:
     celery_crashes_injected: int = 0
     celery_crashes_recovered: int = 0
     redis_outages_survived: int = 0
+    connection_losses_handed_back: int = 0
     checkpoints_lost: int = 0
     duplicate_decisions_applied: int = 0
     concurrent_requests: int = 0

@@ -17,7 +17,7 @@ import pytest
 
 from tests.api.conftest import Server, start_server, stop_server
 from tests.reliability.conftest import Figures, scale
-from tests.reliability.helpers import check_contiguous, pg
+from tests.reliability.helpers import check_contiguous, pg, versions
 
 pytestmark = pytest.mark.postgres
 
@@ -132,3 +132,63 @@ def test_killed_database_connections_fail_cleanly_or_resume(
             )
             assert done.status_code == 200 and done.json().get("n") == i + 3, done.text
     print(f"killed {killed} connections; runs: {statuses}")
+
+
+def run_row(database_url: str, run_id: str) -> tuple[str, int, int]:
+    """The run's (status, attempts, hand_backs)."""
+    with pg(database_url) as db:
+        row = db.execute(
+            "SELECT status, attempts, hand_backs FROM criogen_run WHERE run_id = %s", (run_id,)
+        ).fetchone()
+    assert row is not None, run_id
+    return row[0], row[1], row[2]
+
+
+@pytest.mark.parametrize("durability", ["async", "sync"])
+def test_a_connection_killed_between_two_steps_hands_the_run_back_and_it_finishes(
+    tmp_path: Path, own_database: str, durability: str, figures: Figures
+) -> None:
+    # Default lease and reaper; connections kept between requests and runs, as in
+    # production, so that the killed ones are the ones the runner goes on using.
+    srv = start_server(own_database, tmp_path, CONN_MAX_AGE="60")
+    try:
+        with srv.http("alice") as http:
+            tid = http.post("/threads", json={}).json()["thread_id"]
+            created = http.post(
+                f"/threads/{tid}/runs",
+                json={
+                    "assistant_id": "steps",
+                    "input": {"n": 0, "sleep": 2},
+                    "durability": durability,
+                },
+            )
+            assert created.status_code == 200, created.text
+            run_id = created.json()["run_id"]
+        # Node a's checkpoint is written and b sleeps: kill every connection, among them
+        # the run's own, which its next look at the database (the cancel check before c,
+        # or b's checkpoint) finds dead.
+        deadline = time.monotonic() + 30
+        while len(versions(own_database, tid)) < 2:
+            assert time.monotonic() < deadline, "node a never checkpointed"
+            time.sleep(0.02)
+        assert run_row(own_database, run_id)[:2] == ("running", 1)
+        assert kill_connections(own_database) >= 1
+        figures.crashes_injected += 1
+
+        deadline = time.monotonic() + 60
+        while (row := run_row(own_database, run_id))[0] in ("pending", "running"):
+            assert time.monotonic() < deadline, f"the run never ended: {row}"
+            time.sleep(0.05)
+        log = srv.log.read_text(errors="replace")
+        # Handed back by its own worker, once (not re-claimed by the reaper after its
+        # lease ran out), and continued to success from its last checkpoint.
+        assert row == ("success", 2, 1), (row, log[-3000:])
+        assert "handing it back" in log, log[-3000:]
+        assert "lost its worker" not in log, log[-3000:]
+        # No internal error: nothing logged with a traceback, no run ended in error.
+        assert "internal_error" not in log and "Traceback" not in log, log[-5000:]
+        check_contiguous(own_database, tid, figures)
+        figures.crashes_recovered += 1
+        figures.connection_losses_handed_back += 1
+    finally:
+        stop_server(srv)

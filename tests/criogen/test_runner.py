@@ -282,6 +282,23 @@ def test_the_reaper_leaves_live_runs_alone(thread_id: str) -> None:
     assert finish(run).attempts == 1
 
 
+def test_a_node_longer_than_the_lease_keeps_its_run_while_the_reaper_runs(
+    thread_id: str,
+) -> None:
+    # The heartbeat renews the leases on a thread of its own, not between steps: node b
+    # sleeps through more than three leases (2 s here) and nobody takes its run away.
+    run = start(thread_id, input={"sleep": 7}, durability="sync")
+    wait_for_version(thread_id, 2)
+    deadline = time.monotonic() + 30
+    while Run.objects.filter(pk=run.pk, status="running").exists():
+        assert runner.reap_expired() == {"requeued": [], "restarted": []}
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+    run = finish(run)
+    assert (run.status, run.attempts, run.hand_backs) == ("success", 1, 0)
+
+
 def test_a_shutdown_hands_the_run_back_after_its_current_step(thread_id: str) -> None:
     run = start(thread_id, input={"sleep": 0.8}, durability="sync")
     wait_for_version(thread_id, 2)

@@ -144,10 +144,29 @@ def run_row(database_url: str, run_id: str) -> tuple[str, int, int]:
     return row[0], row[1], row[2]
 
 
-@pytest.mark.parametrize("durability", ["async", "sync"])
+def leases(database_url: str, run_id: str, thread_id: str) -> tuple[float, float]:
+    """When the run's lease and its thread's lease expire (Unix time)."""
+    with pg(database_url) as db:
+        row = db.execute(
+            "SELECT r.lease_expires, t.lease_expires FROM criogen_run r, criogen_thread t "
+            "WHERE r.run_id = %s AND t.id = %s",
+            (run_id, thread_id),
+        ).fetchone()
+    assert row is not None
+    return float(row[0]), float(row[1])
+
+
+@pytest.mark.parametrize(
+    ("durability", "sleep"),
+    [("async", 4), ("sync", 15)],
+    ids=["async-short-step", "sync-step-longer-than-two-leases"],
+)
 def test_a_connection_killed_between_two_steps_hands_the_run_back_and_it_finishes(
-    tmp_path: Path, own_database: str, durability: str, figures: Figures
+    tmp_path: Path, own_database: str, durability: str, sleep: int, figures: Figures
 ) -> None:
+    # With a step longer than two leases (6 s), the heartbeats, whose connections are
+    # killed too, must reconnect: otherwise the leases lapse and the reaper takes the
+    # live run away.
     # Default lease and reaper; connections kept between requests and runs, as in
     # production, so that the killed ones are the ones the runner goes on using.
     srv = start_server(own_database, tmp_path, CONN_MAX_AGE="60")
@@ -158,7 +177,7 @@ def test_a_connection_killed_between_two_steps_hands_the_run_back_and_it_finishe
                 f"/threads/{tid}/runs",
                 json={
                     "assistant_id": "steps",
-                    "input": {"n": 0, "sleep": 2},
+                    "input": {"n": 0, "sleep": sleep},
                     "durability": durability,
                 },
             )
@@ -172,7 +191,17 @@ def test_a_connection_killed_between_two_steps_hands_the_run_back_and_it_finishe
             assert time.monotonic() < deadline, "node a never checkpointed"
             time.sleep(0.02)
         assert run_row(own_database, run_id)[:2] == ("running", 1)
-        assert kill_connections(own_database) >= 1
+        # Once both heartbeats (the run's lease, the thread's) have renewed, so that
+        # their connections are among the killed ones.
+        claimed = leases(own_database, run_id, tid)
+        while True:
+            run_lease, thread_lease = leases(own_database, run_id, tid)
+            if run_lease > claimed[0] and thread_lease > claimed[1]:
+                break
+            assert time.monotonic() < deadline, "the leases were never renewed"
+            time.sleep(0.05)
+        assert run_row(own_database, run_id)[:2] == ("running", 1)
+        assert kill_connections(own_database) >= 3
         figures.crashes_injected += 1
 
         deadline = time.monotonic() + 60

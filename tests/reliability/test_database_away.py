@@ -2,7 +2,11 @@
 ``pg_terminate_backend`` while runs are in flight. Runs end ``success`` (resumed) or
 ``error`` (failed cleanly) — none stays stuck — nothing half-written is visible
 (versions contiguous, the head is the last checkpoint, every body is JSON), and the same
-server process answers again without a restart."""
+server process answers again without a restart.
+
+A connection killed during a step, with the default settings: the run's own worker
+hands the run back (it is not left for the reaper), it finishes, and nothing is logged
+as an internal error."""
 
 from __future__ import annotations
 

@@ -182,11 +182,17 @@ class RedisServer:
 
 
 def start_celery_server(
-    database_url: str, tmp: Path, redis: RedisServer, queue: str, lease: int | None
+    database_url: str,
+    tmp: Path,
+    redis: RedisServer,
+    queue: str,
+    lease: int | None,
+    **settings: str,
 ) -> Server:
     """An API server whose runs go to Celery workers on ``queue`` of ``redis`` (broker
     on database 0, live events on 1), with a lease of ``lease`` seconds (None: the
-    default, ``CRIOGEN_LEASE_SECONDS`` unset)."""
+    default, ``CRIOGEN_LEASE_SECONDS`` unset) and other ``settings`` (its ``env``, for
+    the workers too)."""
     lease_setting = {} if lease is None else {"CRIOGEN_LEASE_SECONDS": str(lease)}
     server = start_server(
         database_url,
@@ -196,6 +202,7 @@ def start_celery_server(
         CELERY_TASK_DEFAULT_QUEUE=queue,
         CRIOGEN_RUNNER="celery",
         **lease_setting,
+        **settings,
     )
     if lease is None:
         server.env.pop("CRIOGEN_LEASE_SECONDS", None)

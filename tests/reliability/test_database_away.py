@@ -21,7 +21,14 @@ import pytest
 
 from tests.api.conftest import Server, start_server, stop_server
 from tests.reliability.conftest import Figures, scale
-from tests.reliability.helpers import check_contiguous, pg, versions
+from tests.reliability.helpers import (
+    CeleryWorkers,
+    RedisServer,
+    check_contiguous,
+    pg,
+    start_celery_server,
+    versions,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -160,6 +167,60 @@ def leases(database_url: str, run_id: str, thread_id: str) -> tuple[float, float
     return float(row[0]), float(row[1])
 
 
+def kill_connections_during_a_step(
+    server: Server, durability: str, sleep: int, figures: Figures
+) -> tuple[str, tuple[str, int, int]]:
+    """Start a ``steps`` run whose node b sleeps ``sleep`` seconds; while b sleeps, and
+    once both heartbeats (the run's lease, the thread's) have renewed, so that their
+    connections are among the killed ones, kill every connection to the database. The
+    run's own connection is found dead by its next look at the database (the cancel
+    check before c, or b's checkpoint). Returns the thread id and the run's (status,
+    attempts, hand_backs) once it ended."""
+    database_url = server.database_url
+    with server.http("alice") as http:
+        http.timeout = 120  # the first run waits for a worker that may still be starting
+        tid = http.post("/threads", json={}).json()["thread_id"]
+        created = http.post(
+            f"/threads/{tid}/runs",
+            json={
+                "assistant_id": "steps",
+                "input": {"n": 0, "sleep": sleep},
+                "durability": durability,
+            },
+        )
+        assert created.status_code == 200, created.text
+        run_id = created.json()["run_id"]
+    deadline = time.monotonic() + 60
+    while len(versions(database_url, tid)) < 2:
+        assert time.monotonic() < deadline, "node a never checkpointed"
+        time.sleep(0.02)
+    assert run_row(database_url, run_id)[:2] == ("running", 1)
+    claimed = leases(database_url, run_id, tid)
+    while True:
+        run_lease, thread_lease = leases(database_url, run_id, tid)
+        if run_lease > claimed[0] and thread_lease > claimed[1]:
+            break
+        assert time.monotonic() < deadline, "the leases were never renewed"
+        time.sleep(0.05)
+    assert run_row(database_url, run_id)[:2] == ("running", 1)
+    assert kill_connections(database_url) >= 3
+    figures.crashes_injected += 1
+    deadline = time.monotonic() + 60
+    while (row := run_row(database_url, run_id))[0] in ("pending", "running"):
+        assert time.monotonic() < deadline, f"the run never ended: {row}"
+        time.sleep(0.05)
+    return tid, row
+
+
+def check_handed_back_cleanly(row: tuple[str, int, int], log: str) -> None:
+    """Handed back by its own worker, once (not re-claimed by the reaper after its
+    lease ran out), continued to success, and nothing logged as an internal error."""
+    assert row == ("success", 2, 1), (row, log[-3000:])
+    assert "handing it back" in log, log[-3000:]
+    assert "lost its worker" not in log, log[-3000:]
+    assert "internal_error" not in log and "Traceback" not in log, log[-5000:]
+
+
 @pytest.mark.parametrize(
     ("durability", "sleep"),
     [("async", 4), ("sync", 15)],
@@ -170,58 +231,35 @@ def test_a_connection_killed_between_two_steps_hands_the_run_back_and_it_finishe
 ) -> None:
     # With a step longer than two leases (6 s), the heartbeats, whose connections are
     # killed too, must reconnect: otherwise the leases lapse and the reaper takes the
-    # live run away.
-    # Default lease and reaper; connections kept between requests and runs, as in
-    # production, so that the killed ones are the ones the runner goes on using.
+    # live run away. Default lease and reaper; connections kept between requests and
+    # runs, as in production, so that the killed ones are the ones the runner goes on
+    # using.
     srv = start_server(own_database, tmp_path, CONN_MAX_AGE="60")
     try:
-        with srv.http("alice") as http:
-            tid = http.post("/threads", json={}).json()["thread_id"]
-            created = http.post(
-                f"/threads/{tid}/runs",
-                json={
-                    "assistant_id": "steps",
-                    "input": {"n": 0, "sleep": sleep},
-                    "durability": durability,
-                },
-            )
-            assert created.status_code == 200, created.text
-            run_id = created.json()["run_id"]
-        # Node a's checkpoint is written and b sleeps: kill every connection, among them
-        # the run's own, which its next look at the database (the cancel check before c,
-        # or b's checkpoint) finds dead.
-        deadline = time.monotonic() + 30
-        while len(versions(own_database, tid)) < 2:
-            assert time.monotonic() < deadline, "node a never checkpointed"
-            time.sleep(0.02)
-        assert run_row(own_database, run_id)[:2] == ("running", 1)
-        # Once both heartbeats (the run's lease, the thread's) have renewed, so that
-        # their connections are among the killed ones.
-        claimed = leases(own_database, run_id, tid)
-        while True:
-            run_lease, thread_lease = leases(own_database, run_id, tid)
-            if run_lease > claimed[0] and thread_lease > claimed[1]:
-                break
-            assert time.monotonic() < deadline, "the leases were never renewed"
-            time.sleep(0.05)
-        assert run_row(own_database, run_id)[:2] == ("running", 1)
-        assert kill_connections(own_database) >= 3
-        figures.crashes_injected += 1
-
-        deadline = time.monotonic() + 60
-        while (row := run_row(own_database, run_id))[0] in ("pending", "running"):
-            assert time.monotonic() < deadline, f"the run never ended: {row}"
-            time.sleep(0.05)
-        log = srv.log.read_text(errors="replace")
-        # Handed back by its own worker, once (not re-claimed by the reaper after its
-        # lease ran out), and continued to success from its last checkpoint.
-        assert row == ("success", 2, 1), (row, log[-3000:])
-        assert "handing it back" in log, log[-3000:]
-        assert "lost its worker" not in log, log[-3000:]
-        # No internal error: nothing logged with a traceback, no run ended in error.
-        assert "internal_error" not in log and "Traceback" not in log, log[-5000:]
+        tid, row = kill_connections_during_a_step(srv, durability, sleep, figures)
+        check_handed_back_cleanly(row, srv.log.read_text(errors="replace"))
         check_contiguous(own_database, tid, figures)
         figures.crashes_recovered += 1
         figures.connection_losses_handed_back += 1
     finally:
+        stop_server(srv)
+
+
+def test_a_celery_worker_whose_connection_is_killed_hands_the_run_back(
+    tmp_path: Path, own_database: str, own_redis: RedisServer, figures: Figures
+) -> None:
+    # No beat: nothing but the worker's own hand-back can bring the run back.
+    queue = f"criogen-away-{uuid.uuid4().hex[:8]}"
+    srv = start_celery_server(own_database, tmp_path, own_redis, queue, None, CONN_MAX_AGE="60")
+    workers = CeleryWorkers(srv.env, queue, tmp_path)
+    try:
+        workers.wait_ready(workers.start())
+        tid, row = kill_connections_during_a_step(srv, "async", 4, figures)
+        log = "\n".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("w*.log")))
+        check_handed_back_cleanly(row, log)
+        check_contiguous(own_database, tid, figures)
+        figures.crashes_recovered += 1
+        figures.connection_losses_handed_back += 1
+    finally:
+        workers.stop_all()
         stop_server(srv)

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("criogen", "0010_audit_door_and_heads"),
+        ("criogen", "0011_outbound_attempts"),
     ]
 
     operations = [

@@ -2,9 +2,7 @@
 
 ``execute_run_task`` is acknowledged late and rejected back to the queue when its
 worker is lost, so a crash never loses a run; the run's own claim (a conditional
-UPDATE) makes a duplicate delivery harmless. A run handed back for another reason than
-a shutdown (a lost database connection, thread lease or write race) is enqueued again
-at once.
+UPDATE) makes a duplicate delivery harmless.
 """
 
 from __future__ import annotations
@@ -22,16 +20,12 @@ from celery.exceptions import Reject
     ignore_result=True,
 )
 def execute_run_task(run_id: str) -> str | None:
-    """Execute the run; when a shutdown stopped it, put the message back on the queue;
-    when it was handed back otherwise, enqueue it again (this worker stays)."""
-    from criogen.runner import HANDED_BACK, enqueue_run, execute_run, shutting_down
+    """Execute the run; when a shutdown stopped it, put the message back on the queue."""
+    from criogen.runner import HANDED_BACK, execute_run
 
     status = execute_run(run_id)
     if status == HANDED_BACK:
-        if shutting_down():
-            raise Reject("worker shutting down; run handed back", requeue=True)
-        # Not a Reject: Celery logs that with a traceback, and nothing went wrong here.
-        enqueue_run(run_id)
+        raise Reject("worker shutting down; run handed back", requeue=True)
     return status
 
 

@@ -77,7 +77,6 @@ __all__ = [
     "reap_expired",
     "request_shutdown",
     "request_stop",
-    "shutting_down",
     "start_background",
 ]
 
@@ -185,11 +184,6 @@ def request_shutdown() -> None:
     """This process is shutting down: every run it executes stops after its current
     step and is handed back (Celery's ``worker_shutting_down`` calls this)."""
     _shutdown.set()
-
-
-def shutting_down() -> bool:
-    """Whether :func:`request_shutdown` was called in this process."""
-    return _shutdown.is_set()
 
 
 # -- the run lease ---------------------------------------------------------------------
@@ -759,7 +753,7 @@ def _job(run_id: str) -> str | None:
     close_old_connections()
     try:
         status = execute_run(run_id)
-        if status == HANDED_BACK and not shutting_down():
+        if status == HANDED_BACK and not _shutdown.is_set():
             enqueue_run(run_id)  # handed back without a shutdown: run it again
         return status
     except Exception:

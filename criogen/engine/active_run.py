@@ -145,17 +145,24 @@ class _Heartbeat:
                 for run in due:
                     try:
                         run.renew()
-                    except Exception:
-                        # A database hiccup must not stop the heartbeat of every run.
-                        logger.exception("renewing the lease of run %s failed", run.run_id)
+                    except Exception as exc:  # noqa: BLE001 - logged; the loop goes on
+                        # A database hiccup must not stop the heartbeat of every run,
+                        # and a broken connection must not stay broken: close it, and
+                        # the next renewal (a third of a lease later) opens a new one.
+                        logger.warning("renewing the lease of run %s failed: %r", run.run_id, exc)
+                        self._reconnect()
         finally:
             # The thread's database connection (ORM storage) would outlive it: close it.
-            try:
-                storage = self._storage()
-                if storage is not None:
-                    storage.close()
-            except Exception:
-                logger.exception("closing the heartbeat's storage connection failed")
+            self._reconnect()
+
+    def _reconnect(self) -> None:
+        """Close this thread's storage connection; the next renewal opens a new one."""
+        try:
+            storage = self._storage()
+            if storage is not None:
+                storage.close()
+        except Exception:
+            logger.exception("closing the heartbeat's storage connection failed")
 
 
 _heartbeats: weakref.WeakKeyDictionary[Storage, _Heartbeat] = weakref.WeakKeyDictionary()

@@ -485,6 +485,7 @@ class AgentThread(ThreadBase):
         message: Any = None,
         *,
         by: str | None = None,
+        door: str = "python",
         durability: Durability | None = None,
         on_busy: OnBusy | None = None,
         busy_timeout: float | None = None,
@@ -508,6 +509,7 @@ class AgentThread(ThreadBase):
             "busy_timeout": busy_timeout,
             "run_id": run_id,
             "should_stop": should_stop,
+            "door": door,
         }
         return _Turn(self, options, metadata, by).start_turn(update)
 
@@ -520,7 +522,7 @@ class AgentThread(ThreadBase):
         if isinstance(input, Mapping) and "type" not in input and "role" not in input:
             values = {k: v for k, v in input.items() if k != "messages"}
             message = input.get("messages")
-            clash = [k for k in values if k in _RUN_OPTIONS or k == "by"]
+            clash = [k for k in values if k in _RUN_OPTIONS or k in ("by", "door")]
             if clash:
                 raise InvalidArgument(
                     f"input key(s) {clash} are reserved for run options.", field="input"

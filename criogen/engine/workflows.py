@@ -69,7 +69,7 @@ from criogen.engine.state import (
     check_update,
     compose,
 )
-from criogen.engine.threads import ThreadBase, check_expected, check_state_size
+from criogen.engine.threads import ThreadBase, check_door, check_expected, check_state_size
 
 __all__ = [
     "END",
@@ -414,13 +414,23 @@ class WorkflowThread(ThreadBase):
 
     # -- running ------------------------------------------------------------------------
 
-    def run(self, input: Mapping[str, Any] | None = None, **options: Any) -> RunResult:
+    def run(
+        self,
+        input: Mapping[str, Any] | None = None,
+        *,
+        by: str | None = None,
+        door: str = "python",
+        **options: Any,
+    ) -> RunResult:
         """Start a new turn with ``input`` merged into the state.
 
         Options: ``durability``, ``on_busy``, ``busy_timeout``, ``run_id``, ``metadata``.
         Raises ThreadSuspended (head suspended: resume it), ThreadInterrupted (a run
         died mid-way: retry it), ThreadBusy, InvalidState, RunFailed.
         """
+        # ``by`` / ``door`` are accepted as for every verb; a workflow's new turn is not
+        # an operator's action and writes no audit event.
+        check_door(door)
         # Validate before taking the thread, so bad input changes nothing.
         return self._go("turn", input=check_update(input, origin="input"), **options)
 

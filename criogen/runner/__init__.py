@@ -511,6 +511,9 @@ def _call(run: Run, stop: _Stop) -> Any:
         options["should_stop"] = stop
     kwargs = run.kwargs or {}
     metadata = run.metadata or {}
+    # Who asked for the run, and from where: the engine's audit event names them.
+    by = kwargs.get("actor") or metadata.get("resumed_by") or metadata.get("retried_by")
+    actor = {"by": str(by) if by else None, "door": kwargs.get("door") or "api"}
     if (
         run.attempts == 1
         and run.command is None
@@ -520,22 +523,19 @@ def _call(run: Run, stop: _Stop) -> Any:
         # The common case, a new turn claimed for the first time, reads the head only
         # when it takes the thread.
         try:
-            return thread.run(run.input, **options)
+            return thread.run(run.input, **options, **actor)
         except ThreadInterrupted:
             # The previous run was cancelled mid-way: the new turn starts from its state.
             head = thread.head
             assert head is not None
             thread.rewind(head.id)
-            return thread.run(run.input, **options)
+            return thread.run(run.input, **options, **actor)
     head = thread.head
     if head is not None and head.run_id == rid:
         # Claimed again after a crash or a hand-back: this run already wrote checkpoints.
         if head.status == "in_progress":
             return thread.retry(**options)
         return _ended(head)
-    # Who asked for the answer or retry, and from where: the engine's audit event.
-    by = kwargs.get("actor") or metadata.get("resumed_by") or metadata.get("retried_by")
-    actor = {"by": str(by) if by else None, "door": kwargs.get("door") or "api"}
     if kwargs.get("action") == "retry":
         return thread.retry(**options, **actor)
     if run.command is not None and "resume" in run.command:
@@ -552,11 +552,11 @@ def _call(run: Run, stop: _Stop) -> Any:
             if fork.status in ("in_progress", "failed"):
                 return thread.retry(**options)
             return _ended(fork)
-        return thread.run(run.input, **options)
+        return thread.run(run.input, **options, **actor)
     if head is not None and head.status == "in_progress" and head.source != "fork":
         # The previous run was cancelled mid-way: the new turn starts from its state.
         thread.rewind(head.id)
-    return thread.run(run.input, **options)
+    return thread.run(run.input, **options, **actor)
 
 
 def _ended(head: Any) -> dict[str, Any]:

@@ -202,11 +202,10 @@ def create_run(
     }
     if action:
         kwargs["action"] = action
-    if resume is not None or action:
-        # Who answers or retries, and from where: the runner hands them to the engine,
-        # which writes the one audit event with the checkpoint it changes.
-        kwargs["actor"] = by
-        kwargs["door"] = door
+    # Who asks for the run, and from where: the runner hands them to the engine, which
+    # writes the audit event (a turn's input, an answer, a retry) with its checkpoint.
+    kwargs["actor"] = by
+    kwargs["door"] = door
     with transaction.atomic():
         # The thread's row, locked: runs created concurrently on one thread see each other.
         thread = _thread_for_run(thread_id, if_not_exists, owner, run_id)

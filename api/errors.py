@@ -34,17 +34,15 @@ from criogen.engine.errors import (
     InvalidState,
     NotFound,
     ThreadError,
+    TokenExpired,
 )
 
+# NotFound, Conflict and TokenExpired are defined with every other error in
+# criogen.engine.errors; they stay importable from here, where the API has always
+# imported them.
 __all__ = ["Conflict", "NotFound", "TokenExpired", "register_exception_handlers", "status_for"]
 
 logger = logging.getLogger("api")
-
-
-class TokenExpired(CriogenError):
-    """An API token past its ``expires_at`` (401: a real token, but no longer valid)."""
-
-    code = "token_expired"
 
 
 _UNPROCESSABLE = (InvalidArgument, InvalidState, InvalidSnapshot, InvalidGraph)
@@ -54,6 +52,10 @@ def status_for(exc: CriogenError) -> int:
     """The HTTP status of a Criogen error."""
     if isinstance(exc, TokenExpired):
         return 401
+    if exc.code == "not_allowed_to_decide":
+        return 403
+    if exc.code == "state_too_large":
+        return 413
     if isinstance(exc, NotFound) or exc.code.endswith("_not_found"):
         return 404
     if isinstance(exc, _UNPROCESSABLE):

@@ -418,7 +418,7 @@ def bench_agent(storage: Any, durability: str) -> Any:
     """An agent whose turn is: model asks for a tool, the tool runs, model answers
     (3 steps: two model calls, one tool call), on a scripted model (no network)."""
     from criogen import Agent, tool
-    from criogen.models import ScriptedModel
+    from criogen.llms import ScriptedModel
 
     @tool(idempotent=True)
     def lookup(order_id: str) -> dict[str, Any]:

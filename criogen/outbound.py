@@ -58,7 +58,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from criogen.engine.errors import CriogenError, InvalidArgument
+from criogen.engine.errors import InvalidArgument, OutboundRefused
 
 __all__ = [
     "BLOCKED_NETWORKS",
@@ -111,14 +111,6 @@ BLOCKED_NETWORKS = METADATA_NETWORKS + tuple(
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:")
 _RETRY_STATUSES = frozenset({408, 429})
-
-
-class OutboundRefused(CriogenError):
-    """The outbound policy refused a call: a scheme other than http(s), or an address
-    that is internal (loopback, private, link-local, metadata…) and not allowed by
-    ``CRIOGEN_OUTBOUND_ALLOW``. Recorded on the attempt; never retried."""
-
-    code = "outbound_refused"
 
 
 # -- the policy ------------------------------------------------------------------------

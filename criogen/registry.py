@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from criogen.engine.errors import CriogenError
+from criogen.engine.errors import GraphNotFound
 from criogen.engine.store import Storage
 
 __all__ = ["GraphNotFound", "get_graph", "graph_ids", "reset", "storage"]
@@ -24,12 +24,6 @@ __all__ = ["GraphNotFound", "get_graph", "graph_ids", "reset", "storage"]
 _lock = threading.RLock()
 _graphs: dict[str, Any] = {}
 _storage: Storage | None = None
-
-
-class GraphNotFound(CriogenError):
-    """No graph with this id in ``CRIOGEN_ASSISTANTS`` (or it does not import)."""
-
-    code = "graph_not_found"
 
 
 def storage() -> Storage:

@@ -32,7 +32,7 @@ from django.db.models.fields.json import KeyTransform
 from django.db.models.lookups import IsNull
 
 from criogen.engine.checkpoints import Checkpoint
-from criogen.engine.errors import CriogenError, InvalidArgument, ThreadNotFound
+from criogen.engine.errors import InvalidArgument, RunNotFound, ThreadNotFound
 from criogen.storage.models import Assistant, AuditEvent, Decision, Document, Run, Thread
 from criogen.storage.models import Checkpoint as CheckpointRow
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES, open_sealed
@@ -107,12 +107,6 @@ def _storage() -> Any:
     from criogen.registry import storage
 
     return storage()
-
-
-class RunNotFound(CriogenError):
-    """No run with this id (on this thread)."""
-
-    code = "run_not_found"
 
 
 # -- who may see or act on a thread -------------------------------------------------------
@@ -1085,13 +1079,19 @@ def audit_events(
     before: int | None = None,
     limit: int = 100,
 ) -> list[AuditEvent]:
-    """Audit events, newest first, at most ``limit``: of the threads ``who`` may see
-    (every event for operators), whose actor, action and thread id contain ``actor``,
+    """Audit events, newest first, at most ``limit``: of the threads ``who`` may see,
+    written since each was created (every event for operators), whose actor, action and thread id contain ``actor``,
     ``action`` and ``thread``, older than the event ``before``. Each carries its
     decoded details as ``details_json`` (:func:`open_json`)."""
     qs = AuditEvent.objects.all()
     if not who.is_operator:
-        qs = qs.filter(thread_id__in=visible_threads(who).values("pk"))
+        # A thread is its id *and* its life: events written before the visible
+        # thread was created belong to an earlier thread of the same id (deleted,
+        # perhaps another user's) and are never shown to the id's next owner.
+        current = visible_threads(who).filter(
+            pk=OuterRef("thread_id"), created_at__lte=OuterRef("created_at")
+        )
+        qs = qs.filter(Exists(current))
     if actor:
         qs = qs.filter(actor__icontains=actor)
     if action:

@@ -11,6 +11,7 @@ import ipaddress
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -53,6 +54,17 @@ def envfloat(name: str, default: float) -> float:
         return float(value) if value else default
     except ValueError:
         raise ImproperlyConfigured(f"{name}={value!r} is not a number.") from None
+
+
+def envjson(name: str, default: Any) -> Any:
+    """A JSON environment variable (``{"hitl": ["owners"]}``); ``default`` when unset."""
+    import json
+
+    value = os.environ.get(name, "").strip()
+    try:
+        return json.loads(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not JSON.") from None
 
 
 def envsecret(name: str, *, dev_default: str | None) -> str:
@@ -211,13 +223,20 @@ if envbool("BEHIND_PROXY", False):
 
 # Criogen engine options.
 CRIOGEN_CHECKPOINT_DURABILITY = envstr("CRIOGEN_CHECKPOINT_DURABILITY", "async")
-CRIOGEN_LEASE_SECONDS = envint("CRIOGEN_LEASE_SECONDS", 30)
+# Recovery: a worker renews the lease of each run it executes (and of the run's
+# thread) every third of CRIOGEN_LEASE_SECONDS, on a thread of its own; the reaper
+# looks for expired leases every CRIOGEN_REAP_SECONDS. A dead worker's run is taken
+# again at most lease + reap period after its last renewal: 6 + 2 = 8 s by default
+# (docs/deployment.md, "Durability and recovery at each crash point").
+CRIOGEN_LEASE_SECONDS = envint("CRIOGEN_LEASE_SECONDS", 6)
+CRIOGEN_REAP_SECONDS = envint("CRIOGEN_REAP_SECONDS", 2)
 
 # --- runner ---
 # Where runs execute: "inprocess" (worker threads in the web process) or "celery".
 CRIOGEN_RUNNER = envstr("CRIOGEN_RUNNER", "inprocess")
 CRIOGEN_INPROCESS_WORKERS = envint("CRIOGEN_INPROCESS_WORKERS", 4)
-# How often the in-process runner reaps dead runs and sweeps expired threads (seconds).
+# How often the in-process runner sweeps expired threads and fires deadlines (seconds;
+# 0 turns its timer off, the reaper included).
 CRIOGEN_SWEEP_SECONDS = envint("CRIOGEN_SWEEP_SECONDS", 60)
 # Graph id -> "module.path:attribute" of a Workflow, CompiledWorkflow or Agent.
 CRIOGEN_ASSISTANTS: dict[str, str] = {
@@ -232,6 +251,10 @@ CRIOGEN_ASSISTANTS: dict[str, str] = {
 # comma-separated, to rotate: the first encrypts). Read by Storage.default().
 # The server audits by default: operators' decisions must be traceable.
 CRIOGEN_AUDIT = envbool("CRIOGEN_AUDIT", True)
+# Who may answer a suspension besides operators, per graph id ("*": every graph), for
+# assistants whose metadata names no "deciders": ["owners"] (the thread's owner),
+# ["group:NAME", …] (members of a Django group). Default: operators only.
+CRIOGEN_DECIDERS = envjson("CRIOGEN_DECIDERS", {})
 CRIOGEN_ENCRYPTION_KEY = envstr("CRIOGEN_ENCRYPTION_KEY")
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_RESULT_BACKEND = None  # run outcomes live in the Run table, not in Celery
@@ -255,7 +278,10 @@ CELERY_DB_REUSE_MAX = 1_000_000_000
 CELERY_BEAT_SCHEDULE = {
     "criogen-reap-expired-runs": {
         "task": "criogen.tasks.reap_expired_task",
-        "schedule": float(envint("CRIOGEN_REAP_SECONDS", 15)),
+        "schedule": float(CRIOGEN_REAP_SECONDS),
+        # A round that waited in the queue longer than the period (every worker slot
+        # busy) is dropped: the next one does the same work.
+        "options": {"expires": float(CRIOGEN_REAP_SECONDS)},
     },
     "criogen-sweep-threads": {
         "task": "criogen.tasks.sweep_threads_task",

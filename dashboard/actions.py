@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from criogen.engine.errors import CriogenError
-from criogen.selectors import who_decided
-from criogen.services.runs import answer_thread, retry_thread
+from criogen.selectors import can_operate, who_decided
+from criogen.services.runs import Decider, answer_thread, retry_thread
 from criogen.services.threads import rewind_thread
 
 if TYPE_CHECKING:
@@ -112,7 +112,14 @@ def _answer(*, thread: Thread, expected: str, value: Any, user: Any) -> None:
     """Answer the suspension ``expected`` with ``value`` through the one answering
     service (compare-and-set on ``expected`` under the thread's lock: two operators
     clicking at once end with exactly one run; the engine audits the decision)."""
-    answer_thread(thread_id=thread.pk, value=value, by=actor(user), door="ui", expected=expected)
+    answer_thread(
+        thread_id=thread.pk,
+        value=value,
+        by=actor(user),
+        door="ui",
+        expected=expected,
+        decider=Decider(user, can_operate(user)),
+    )
 
 
 def resume(*, thread: Thread, expected: str, value: Any, user: Any) -> Outcome:

@@ -51,7 +51,7 @@ SSE_RESPONSE = {
 
 def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
     """Check the request and create the run (pending; it starts after the commit)."""
-    from criogen.services.runs import create_run
+    from criogen.services.runs import Decider, create_run
 
     api_runs.check_options(payload)
     existed = False
@@ -61,12 +61,18 @@ def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
         if not existed:
             threads.check_thread_id(thread_id)
     command = payload.command.model_dump(exclude_unset=True) if payload.command else None
-    for key in ("update", "goto"):
-        if command and command.get(key) is not None:
-            raise InvalidArgument(
-                f"command.{key} is not supported; send command.resume to answer an interrupt.",
-                field=f"command.{key}",
-            )
+    command = {k: v for k, v in (command or {}).items() if v is not None} or None
+    if command and command.get("goto") is not None:
+        raise InvalidArgument(
+            "command.goto is not supported; send command.resume to answer an interrupt "
+            "(and command.update to change values first).",
+            field="command.goto",
+        )
+    input_ = payload.input
+    if command:
+        # As LangGraph's server: a non-empty command wins, the input is ignored (chat
+        # front ends resume with input {} and a command).
+        input_ = None
     checkpoint = payload.checkpoint.model_dump(exclude_unset=True) if payload.checkpoint else None
     metadata = payload.metadata
     if command is not None:
@@ -76,7 +82,7 @@ def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
     run = create_run(
         thread_id=thread_id,
         assistant_id=payload.assistant_id,
-        input=payload.input,
+        input=input_,
         command=command,
         checkpoint_id=payload.checkpoint_id,
         checkpoint=checkpoint,
@@ -92,6 +98,7 @@ def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
         owner=who.user,
         by=who.name or "api",
         door="api",
+        decider=Decider(who.user, who.is_operator),
     )
     api_runs.claim_owner(who, run.thread_id, created=not existed)
     return run

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from criogen.engine.active_run import ActiveRun
 from criogen.engine.checkpoints import Checkpoint, CheckpointId, RunId, ThreadId
-from criogen.engine.runner import ActiveRun
 from criogen.engine.workflows import (
     END,
     START,

@@ -50,7 +50,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
-from criogen.engine.agent_errors import InvalidToolCall
+from criogen.engine.active_run import (
+    DEFAULT_BUSY_TIMEOUT,
+    DEFAULT_LEASE_SECONDS,
+    ActiveRun,
+    Durability,
+    OnBusy,
+    check_durability,
+    check_on_busy,
+)
 from criogen.engine.checkpoints import (
     Checkpoint,
     CheckpointId,
@@ -65,13 +73,14 @@ from criogen.engine.errors import (
     AlreadyDecided,
     CriogenError,
     InvalidArgument,
+    InvalidToolCall,
     MaxStepsExceeded,
     NothingToRetry,
     NotSuspended,
     RunCancelled,
     RunFailed,
+    StaleDecision,
     ThreadBusy,
-    ThreadError,
     ThreadInterrupted,
     ThreadSuspended,
 )
@@ -82,17 +91,8 @@ from criogen.engine.messages import (
     system,
     tool_result,
 )
-from criogen.engine.runner import (
-    DEFAULT_BUSY_TIMEOUT,
-    DEFAULT_LEASE_SECONDS,
-    ActiveRun,
-    Durability,
-    OnBusy,
-    check_durability,
-    check_on_busy,
-)
 from criogen.engine.state import Delta, apply_update, check_json
-from criogen.engine.threads import ThreadBase, check_door, check_expected
+from criogen.engine.threads import ThreadBase, check_door, check_expected, check_state_size
 from criogen.engine.tools import Tool, ToolContext, build_idempotency_key
 
 __all__ = [
@@ -120,13 +120,6 @@ ApproveRule = (
 SUSPENSION_OPTIONS = ("deadline", "default", "remind")
 """What ``approve={tool: {...}}`` may set on a tool's suspension (see deadlines)."""
 DEADLINE_DEFAULTS = ("approve", "reject", "fail", "wait")
-
-
-class StaleDecision(ThreadError):
-    """A decision for a call that is not pending any more (another version, an unknown
-    call id, or arguments other than the ones pending): nothing was decided."""
-
-    code = "stale_decision"
 
 
 def args_digest(args: Mapping[str, Any]) -> str:
@@ -492,6 +485,7 @@ class AgentThread(ThreadBase):
         message: Any = None,
         *,
         by: str | None = None,
+        door: str = "python",
         durability: Durability | None = None,
         on_busy: OnBusy | None = None,
         busy_timeout: float | None = None,
@@ -515,6 +509,7 @@ class AgentThread(ThreadBase):
             "busy_timeout": busy_timeout,
             "run_id": run_id,
             "should_stop": should_stop,
+            "door": door,
         }
         return _Turn(self, options, metadata, by).start_turn(update)
 
@@ -527,7 +522,7 @@ class AgentThread(ThreadBase):
         if isinstance(input, Mapping) and "type" not in input and "role" not in input:
             values = {k: v for k, v in input.items() if k != "messages"}
             message = input.get("messages")
-            clash = [k for k in values if k in _RUN_OPTIONS or k == "by"]
+            clash = [k for k in values if k in _RUN_OPTIONS or k in ("by", "door")]
             if clash:
                 raise InvalidArgument(
                     f"input key(s) {clash} are reserved for run options.", field="input"
@@ -579,6 +574,27 @@ class AgentThread(ThreadBase):
         Raises AlreadyDecided (someone answered first), StaleDecision, NotSuspended,
         InvalidArgument (nothing decided).
         """
+        build, version = self._decisions_builder(value, version)
+        return _Turn(self, options, None, by).start_decisions(build, "decide", version)
+
+    def check_answer(self, value: Any) -> None:
+        """Check ``value`` as :meth:`resume` would against the suspension pending now —
+        its shape, one decision per call, edits that fit the tool's schema — without
+        taking the thread or writing anything (the server checks an answer this way
+        before it creates the run). A thread that does not wait passes: the answer
+        itself is refused then, by name."""
+        head = self.head
+        if head is None or head.status != "suspended" or not head.interrupts:
+            return
+        build, _ = self._decisions_builder(value, None)
+        calls = list(head.interrupts[0].get("calls", []))
+        _Turn(self, {}, None, None)._check_edits(calls, build(calls))
+
+    def _decisions_builder(
+        self, value: Any, version: int | None
+    ) -> tuple[Callable[[list[dict[str, Any]]], dict[str, dict[str, Any]]], int | None]:
+        """The HITL response ``value`` parsed: a function from the pending calls to the
+        decision per call id, and the version it is bound to (from ``value`` if given)."""
         every: Any = None
         if isinstance(value, Mapping) and "decisions" in value:
             raw = value["decisions"]
@@ -617,7 +633,7 @@ class AgentThread(ThreadBase):
                 for i, (c, d) in enumerate(zip(calls, raw, strict=True))
             }
 
-        return _Turn(self, options, None, by).start_decisions(build, "decide", version)
+        return build, version
 
     def approve(
         self, *, by: str | None = None, version: int | None = None, **options: Any
@@ -818,6 +834,7 @@ class _Turn:
                     "usage": {"input_tokens": 0, "output_tokens": 0},
                 }
             state, delta = apply_update(state, update, _REDUCERS, origin="input")
+            check_state_size(self.storage, tid, state)
             active.audit = self.thread._audit_event(
                 "input",
                 by=self.by,
@@ -981,7 +998,9 @@ class _Turn:
             tool = self.agent.tools.get(by_id[cid]["name"])
             if d["type"] == "edit" and tool is not None:
                 try:
-                    tool.validate_args(d["args"])
+                    # Cleaned as the tool will read them ("5" -> 5.0 for a number): the
+                    # decision records what runs.
+                    d["args"] = tool.validate_args(d["args"])
                 except InvalidToolCall as exc:
                     raise InvalidArgument(
                         f"the edited arguments of call {cid!r} do not fit tool "
@@ -1273,6 +1292,14 @@ class _Turn:
         try:
             result = tool.invoke(args, ctx)
             message = tool_result(cid, name, result)
+            if kind == "edit":
+                # The model's call above keeps its own arguments; say what ran instead,
+                # so the model and whoever reads the transcript both see the change.
+                ran = json.dumps(dict(args), ensure_ascii=False, sort_keys=True)
+                message["content"] = (
+                    f"[A person edited this call: {name} ran with {ran}, not with the "
+                    f"arguments above.] {message['content']}"
+                )
         except InvalidToolCall as exc:
             message = tool_result(cid, name, exc.message, "error")
         except Exception as exc:  # noqa: BLE001 - the model sees the error and may recover

@@ -34,7 +34,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from criogen.engine.errors import CriogenError
+from criogen.engine.errors import EncryptionKeyInvalid
 
 __all__ = [
     "ENV_VAR",
@@ -49,15 +49,6 @@ ENV_VAR = "CRIOGEN_ENCRYPTION_KEY"
 _TOKEN_PREFIX = "gAAAAA"  # noqa: S105 - the Fernet token prefix, not a secret
 _LOOKUP_LABEL = b"criogen lookup digest v1: "
 _NO_KEY_MATERIAL = b"criogen: no encryption key"
-
-
-class EncryptionKeyInvalid(CriogenError):
-    """The encryption key is malformed, missing, or not the one the data was sealed with.
-
-    Nothing is written when this is raised: reads fail before the run changes anything.
-    """
-
-    code = "encryption_key_invalid"
 
 
 def generate_key() -> str:

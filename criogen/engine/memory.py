@@ -25,23 +25,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from criogen.engine.errors import CriogenError, InvalidArgument
+from criogen.engine.errors import DocumentNotFound, FactNotFound, InvalidArgument
 from criogen.engine.messages import Message, system
 from criogen.engine.tools import Tool, ToolContext
 
 __all__ = ["Collection", "DocumentNotFound", "FactNotFound", "Memory"]
-
-
-class FactNotFound(CriogenError):
-    """No memory fact with this id (it was deleted, or never existed)."""
-
-    code = "fact_not_found"
-
-
-class DocumentNotFound(CriogenError):
-    """No document with this id in the collection."""
-
-    code = "document_not_found"
 
 
 def _check_name(value: Any, field: str) -> str:

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from criogen.engine.agent_errors import InvalidMessage
+from criogen.engine.errors import InvalidMessage
 
 __all__ = [
     "Message",

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from criogen.engine.checkpoints import Checkpoint, CheckpointWrite
-from criogen.engine.errors import StorageError, UnknownStorageUrl
+from criogen.engine.errors import InvalidArgument, StorageError, UnknownStorageUrl
 from criogen.engine.state import encode
 
 __all__ = [
@@ -125,6 +125,10 @@ def value_rows_for(write: CheckpointWrite) -> Iterable[tuple[str, int, str, str,
             yield key, version, "a", text, write.prev_versions.get(key)
         else:
             yield key, version, "s", text, None
+
+
+DEFAULT_MAX_STATE_BYTES = 16 * 1024 * 1024
+"""The default ``max_state_bytes``: what a person's input or update may make a state."""
 
 
 class Storage(ABC):
@@ -305,7 +309,10 @@ class Storage(ABC):
 
         ``encryption_key``: a Fernet key, or several comma-separated (the first encrypts);
         default ``$CRIOGEN_ENCRYPTION_KEY``. ``audit``: record the audit trail; default
-        ``$CRIOGEN_AUDIT`` (true/false). Raises EncryptionKeyInvalid for a malformed key.
+        ``$CRIOGEN_AUDIT`` (true/false). ``max_state_bytes``: the largest state (as JSON)
+        a person's input or update may make a thread's state (default
+        ``$CRIOGEN_MAX_STATE_BYTES`` or 16 MiB; 0: no limit). Raises EncryptionKeyInvalid
+        for a malformed key.
         """
         from criogen.engine.crypto import Cipher
 
@@ -319,6 +326,16 @@ class Storage(ABC):
                 "on",
             )
         self.audit_enabled = bool(audit)
+        limit = options.get("max_state_bytes")
+        if limit is None:
+            limit = os.environ.get("CRIOGEN_MAX_STATE_BYTES", "").strip() or DEFAULT_MAX_STATE_BYTES
+        try:
+            self.max_state_bytes = int(limit)
+        except (TypeError, ValueError):
+            raise InvalidArgument(
+                f"max_state_bytes is {limit!r}; use a whole number of bytes (0: no limit).",
+                field="max_state_bytes",
+            ) from None
 
     def _unsupported(self, what: str) -> StorageError:
         return StorageError(f"{type(self).__name__} does not store {what}.", storage=self.url)

@@ -31,11 +31,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from criogen.engine.active_run import ActiveRun
 from criogen.engine.checkpoints import Checkpoint
-from criogen.engine.errors import InvalidArgument, StaleHead
-from criogen.engine.runner import ActiveRun
+from criogen.engine.errors import InvalidArgument, StaleHead, StateTooLarge
+from criogen.engine.state import encode
 
-__all__ = ["DOORS", "ThreadBase", "check_door", "check_expected"]
+__all__ = ["DOORS", "ThreadBase", "check_door", "check_expected", "check_state_size"]
 
 DOORS = ("ui", "api", "python", "deadline", "cron")
 """Where an action on a thread can come from."""
@@ -46,6 +47,23 @@ def check_door(door: Any) -> str:
     if door not in DOORS:
         raise InvalidArgument(f"door is {door!r}; use one of {', '.join(DOORS)}.", field="door")
     return str(door)
+
+
+def check_state_size(storage: Any, thread_id: str, state: Mapping[str, Any]) -> None:
+    """Raise :class:`StateTooLarge` when ``state``, as JSON, is over the storage's
+    ``max_state_bytes`` (checked where a person's input or update grows a state)."""
+    limit = getattr(storage, "max_state_bytes", 0) or 0
+    if not limit:
+        return
+    size = len(encode(dict(state)).encode())
+    if size > limit:
+        raise StateTooLarge(
+            f"this would make the state of thread {thread_id!r} {size:,} bytes, over the "
+            f"limit of {limit:,} (CRIOGEN_MAX_STATE_BYTES); nothing was stored.",
+            thread_id=thread_id,
+            size=size,
+            limit=limit,
+        )
 
 
 def check_expected(thread_id: str, head: Checkpoint | None, expected: str | None) -> None:
@@ -115,6 +133,11 @@ class ThreadBase:
     def audit(self, limit: int = 100) -> list[Any]:
         """The audit trail of this thread (``AuditRecord``), newest first."""
         return self.storage.audit_events(thread_id=self.id, limit=limit)  # type: ignore[no-any-return]
+
+    def check_answer(self, value: Any) -> None:
+        """Check an answer to the pending suspension as the graph's resume would,
+        without taking the thread or writing anything (InvalidArgument naming what is
+        wrong). A thread that does not wait passes: resuming it is refused by name."""
 
     # -- the audit trail ------------------------------------------------------------------
 
@@ -195,6 +218,7 @@ class ThreadBase:
             head = active.head
             check_expected(self.id, head, expected)
             state, delta, status, nxt, interrupts, tasks = self._merge(head, update, as_node)
+            check_state_size(self.storage, self.id, state)
             active.audit = self._audit_event(
                 "update_state",
                 by=by,

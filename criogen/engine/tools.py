@@ -44,8 +44,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
-from criogen.engine.agent_errors import InvalidTool, InvalidToolCall
 from criogen.engine.checkpoints import CheckpointId, RunId, ThreadId
+from criogen.engine.errors import InvalidTool, InvalidToolCall
 
 __all__ = [
     "Tool",
@@ -681,6 +681,11 @@ def _validate(schema: JSONSchema, value: object, *, path: str, tool: str) -> obj
         return value
     if kind == "string" and isinstance(value, str):
         return value
+    if kind in ("integer", "number", "boolean") and isinstance(value, str):
+        # Lenient, as LangChain's tools are (pydantic's lax mode): a string that spells
+        # what the schema asks for is taken as that ("5" for a number, as a person typing
+        # an edit in a text box sends it); anything else is still refused below.
+        value = _from_text(kind, value)
     if kind == "boolean" and isinstance(value, bool):
         return value
     if kind == "null" and value is None:
@@ -705,6 +710,27 @@ def _validate(schema: JSONSchema, value: object, *, path: str, tool: str) -> obj
     if kind == "object" and isinstance(value, Mapping):
         return _validate_object(schema, value, path=path, tool=tool)
     raise _fail(tool, path, f"must be {_expected(schema)}, got {_describe(value)}")
+
+
+_INTEGER_TEXT = re.compile(r"[+-]?\d+")
+_NUMBER_TEXT = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+_BOOLEAN_TEXT = {
+    "true": True, "t": True, "yes": True, "y": True, "on": True, "1": True,
+    "false": False, "f": False, "no": False, "n": False, "off": False, "0": False,
+}  # fmt: skip
+
+
+def _from_text(kind: str, text: str) -> object:
+    """``text`` as the JSON type ``kind`` when it spells one, else ``text`` unchanged."""
+    word = text.strip()
+    if kind == "integer" and _INTEGER_TEXT.fullmatch(word):
+        return int(word)
+    if kind == "number" and _NUMBER_TEXT.fullmatch(word):
+        number = float(word)
+        return number if math.isfinite(number) else text
+    if kind == "boolean" and word.lower() in _BOOLEAN_TEXT:
+        return _BOOLEAN_TEXT[word.lower()]
+    return text
 
 
 def _validate_object(

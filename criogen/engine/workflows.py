@@ -27,6 +27,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NoReturn
 
+from criogen.engine.active_run import (
+    DEFAULT_BUSY_TIMEOUT,
+    DEFAULT_LEASE_SECONDS,
+    ActiveRun,
+    Durability,
+    OnBusy,
+    check_durability,
+    check_on_busy,
+)
 from criogen.engine.checkpoints import (
     Checkpoint,
     CheckpointWrite,
@@ -50,15 +59,6 @@ from criogen.engine.errors import (
     ThreadInterrupted,
     ThreadSuspended,
 )
-from criogen.engine.runner import (
-    DEFAULT_BUSY_TIMEOUT,
-    DEFAULT_LEASE_SECONDS,
-    ActiveRun,
-    Durability,
-    OnBusy,
-    check_durability,
-    check_on_busy,
-)
 from criogen.engine.state import (
     Change,
     Delta,
@@ -69,7 +69,7 @@ from criogen.engine.state import (
     check_update,
     compose,
 )
-from criogen.engine.threads import ThreadBase, check_expected
+from criogen.engine.threads import ThreadBase, check_door, check_expected, check_state_size
 
 __all__ = [
     "END",
@@ -414,13 +414,23 @@ class WorkflowThread(ThreadBase):
 
     # -- running ------------------------------------------------------------------------
 
-    def run(self, input: Mapping[str, Any] | None = None, **options: Any) -> RunResult:
+    def run(
+        self,
+        input: Mapping[str, Any] | None = None,
+        *,
+        by: str | None = None,
+        door: str = "python",
+        **options: Any,
+    ) -> RunResult:
         """Start a new turn with ``input`` merged into the state.
 
         Options: ``durability``, ``on_busy``, ``busy_timeout``, ``run_id``, ``metadata``.
         Raises ThreadSuspended (head suspended: resume it), ThreadInterrupted (a run
         died mid-way: retry it), ThreadBusy, InvalidState, RunFailed.
         """
+        # ``by`` / ``door`` are accepted as for every verb; a workflow's new turn is not
+        # an operator's action and writes no audit event.
+        check_door(door)
         # Validate before taking the thread, so bad input changes nothing.
         return self._go("turn", input=check_update(input, origin="input"), **options)
 
@@ -457,6 +467,19 @@ class WorkflowThread(ThreadBase):
         ``door`` and ``expected`` as for :meth:`resume`)."""
         audit = self._audit_event("retry", by=by, door=door, details={})
         return self._go("retry", audit=audit, expected=expected, **options)
+
+    def check_answer(self, value: Any) -> None:
+        check_json(value, "resume value")
+        head = self.head
+        if head is None or head.status != "suspended" or len(head.interrupts) < 2:
+            return
+        ids = {i["id"] for i in head.interrupts}
+        if not (isinstance(value, dict) and value and set(value) <= ids):
+            raise InvalidArgument(
+                f"{len(ids)} suspensions are pending; resume with {{interrupt_id: value, …}} "
+                f"naming them ({', '.join(sorted(ids))}).",
+                field="command.resume",
+            )
 
     def _prepare_update(self, values: Mapping[str, Any] | None, as_node: str | None) -> Any:
         if as_node is not None and as_node not in self.app.graph.nodes:
@@ -591,6 +614,7 @@ class _Execution:
                     return self._steps(head.state, list(head.next), dict(head.tasks))
                 state = head.state if head else {}
                 state, delta = apply_update(state, input, self.graph.reducers, origin="input")
+                check_state_size(self.app.storage, thread_id, state)
                 nxt = self.graph.successors(START, state)
                 self.active.write(
                     source="input",

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from criogen import Agent, Collection
-from criogen.models import OpenAIChat, ScriptedModel
+from criogen.llms import OpenAIChat, ScriptedModel
 
 DOCUMENTS = {
     "refunds": "Refunds reach the customer's card within five working days of approval.",

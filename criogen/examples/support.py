@@ -21,7 +21,7 @@ from typing import Any
 
 from criogen import Agent, Memory, tool
 from criogen.engine.tools import ToolContext
-from criogen.models import OpenAIChat, ScriptedModel
+from criogen.llms import OpenAIChat, ScriptedModel
 
 ORDERS: dict[str, dict[str, Any]] = {
     "42": {"order_id": "42", "item": "kettle", "amount": 10.0, "status": "delivered"},

@@ -10,19 +10,22 @@
    command resumes the thread, ``retry`` retries it, ``checkpoint_id`` forks from that
    checkpoint first; a run claimed again after a crash continues from its own last
    checkpoint (``sync``/``async``) or starts over from the thread's state before it
-   (``exit``, which wrote nothing). While it runs, a heartbeat renews the run's lease.
+   (``exit``, which wrote nothing). While it runs, a heartbeat thread renews the run's
+   lease every third of ``CRIOGEN_LEASE_SECONDS``, also while a node takes long.
 3. **Record** the outcome: completed -> ``success``; suspended -> ``interrupted``
    (input needed, ``cancelled_by`` empty); a node error -> ``error``; cancelled ->
    ``interrupted`` with ``cancelled_by`` set (for ``rollback`` the run's checkpoints are
    deleted first). A worker shutting down stops after the current step and hands the
-   run back (``pending``). A run never stays ``running`` after it ends.
+   run back (``pending``); so does a run that lost its database connection or its
+   thread's lease (counted in ``hand_backs``, at most :data:`MAX_HAND_BACKS`). A run
+   never stays ``running`` after it ends.
 4. **Start the next** pending run on the same thread (strategy ``enqueue``).
 
 :func:`enqueue_run` dispatches by ``settings.CRIOGEN_RUNNER``: ``inprocess`` (a thread
 pool in this process, ``CRIOGEN_INPROCESS_WORKERS`` threads) or ``celery`` (the task
 ``criogen.tasks.execute_run_task``). :func:`reap_expired` re-queues runs whose worker
-died; it runs on a timer in the in-process runner, on Celery beat, and in
-``manage.py criogen_sweep``.
+died; it runs every ``CRIOGEN_REAP_SECONDS`` on a timer in the in-process runner and on
+Celery beat, and in ``manage.py criogen_sweep``.
 """
 
 from __future__ import annotations
@@ -40,7 +43,13 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import close_old_connections, connections, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+    transaction,
+)
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models import Value as V
 from django.db.models.functions import Coalesce
@@ -61,6 +70,7 @@ from criogen.storage.rows import Columns, columns
 
 __all__ = [
     "HANDED_BACK",
+    "MAX_HAND_BACKS",
     "drain",
     "enqueue_run",
     "execute_run",
@@ -76,9 +86,15 @@ HANDED_BACK = "handed_back"
 """What :func:`execute_run` returns when it put the run back to ``pending``: this
 process is shutting down, or the run lost its thread lease or a write race."""
 
-MAX_ATTEMPTS = 5
-"""A run that keeps losing its lease or its writes is handed back at most this many
-times, then ends in ``error`` (crash re-claims count as attempts too)."""
+MAX_HAND_BACKS = 5
+"""A run that keeps losing its thread's lease, its writes or its database connection is
+handed back at most this many times (``Run.hand_backs``), then ends in ``error``.
+Re-claims after a worker died (the reaper) and hand-backs at a shutdown do not count:
+``Run.attempts`` counts every claim."""
+
+_CONNECTION_LOST = (OperationalError, InterfaceError)
+"""What Django raises when the database connection broke (server restarted, the backend
+terminated, the network dropped): the connection is unusable until it is closed."""
 
 CANCEL_CHECK_SECONDS = 0.2
 """How often a running run reads its cancel flag from the database (between steps)."""
@@ -110,6 +126,7 @@ class _Stop:
         self.run_id = run_id
         self.attempt = attempt
         self.reason: str | None = None
+        self.error: BaseException | None = None
         self.local = threading.Event()
         # The claim just read the row as running with this attempt: the first look at
         # the database is due one period later (a short run never pays it).
@@ -126,11 +143,21 @@ class _Stop:
         if now >= self._next_check:
             # Throttled: a fast run asks before every step, the database at most 5x/s.
             self._next_check = now + CANCEL_CHECK_SECONDS
-            row = (
-                Run.objects.filter(pk=self.run_id)
-                .values_list("status", "attempts", "cancel_action")
-                .first()
-            )
+            try:
+                row = (
+                    Run.objects.filter(pk=self.run_id)
+                    .values_list("status", "attempts", "cancel_action")
+                    .first()
+                )
+            except _CONNECTION_LOST as exc:
+                # The connection broke between two steps: stop here and hand the run
+                # back (the next claim continues from the last checkpoint that was
+                # written). A new connection first, so the run's way out (the thread
+                # lease's release, the hand-back) does not fail on the dead one.
+                _reconnect()
+                self.reason = "connection"
+                self.error = exc
+                return True
             if row is None or row[0] != "running" or row[1] != self.attempt:
                 self.reason = "lost"
                 return True
@@ -204,13 +231,22 @@ class _Leases:
                             return
                     self._cond.wait(_lease_seconds() / 3)
                     runs = dict(self._runs)
+                if not runs:
+                    continue
+                # One statement for all the process's runs; each only while it is
+                # still this attempt's (the reaper may have given it to another).
+                held = Q()
                 for run_id, attempt in runs.items():
-                    try:
-                        Run.objects.filter(pk=run_id, status="running", attempts=attempt).update(
-                            lease_expires=time.time() + _lease_seconds()
-                        )
-                    except Exception:
-                        logger.exception("could not renew the lease of run %s", run_id)
+                    held |= Q(pk=run_id, status="running", attempts=attempt)
+                try:
+                    Run.objects.filter(held).update(lease_expires=time.time() + _lease_seconds())
+                except _CONNECTION_LOST as exc:
+                    # A new connection at the next renewal, a third of a lease later: a
+                    # broken connection must not let the leases of live runs lapse.
+                    connection.close()
+                    logger.warning("could not renew the leases of runs %s: %s", list(runs), exc)
+                except Exception:
+                    logger.exception("could not renew the leases of runs %s", list(runs))
         finally:
             connection.close()  # this thread's own connection; never opens one
 
@@ -226,6 +262,29 @@ class _Outcome:
     status: str
     error: dict[str, Any] | None = None
     cancelled: bool = False
+    counted: bool = False
+    """A ``pending`` outcome that counts against :data:`MAX_HAND_BACKS`."""
+
+
+def _reconnect() -> None:
+    """Close this thread's connection to the runs' database: the next query opens a new
+    one (Django never replaces a broken connection by itself)."""
+    connections[Run.objects.db].close()
+
+
+def _on_live_connection(query: Any) -> Any:
+    """``query()``; if the connection turns out to be broken, once more on a new one.
+
+    For the runner's own statements around a run (the claim, the outcome): a connection
+    killed while idle (the database restarted, ``pg_terminate_backend``, a proxy's idle
+    timeout) fails the first statement that uses it, and without this the run would
+    wait for the reaper."""
+    try:
+        return query()
+    except _CONNECTION_LOST as exc:
+        logger.warning("the database connection was lost (%s); reconnecting", exc)
+        _reconnect()
+        return query()
 
 
 def _blockers() -> QuerySet[Run]:
@@ -341,7 +400,7 @@ def execute_run(run_id: Any) -> str | None:
     :data:`HANDED_BACK`, or ``None`` when it was not claimed (someone else has it, it
     ended, or an earlier run on its thread has not)."""
     run_id = str(run_id)
-    run = _claim(run_id)
+    run = _on_live_connection(lambda: _claim(run_id))
     if run is None:
         return None
     thread_id = run.thread_id
@@ -359,15 +418,17 @@ def execute_run(run_id: Any) -> str | None:
     if outcome.status == "lost":
         logger.warning("run %s was taken over by another attempt; this one stopped", run_id)
         return None
+    held = Run.objects.filter(pk=run_id, status="running", attempts=run.attempts)
     if outcome.status == "pending":
-        rows = Run.objects.filter(pk=run_id, status="running", attempts=run.attempts).update(
-            status="pending", lease_expires=0.0, updated_at=timezone.now()
-        )
+        back: dict[str, Any] = {"status": "pending", "lease_expires": 0.0}
+        if outcome.counted:
+            back["hand_backs"] = F("hand_backs") + 1
+        rows = _on_live_connection(lambda: held.update(**back, updated_at=timezone.now()))
         if rows == 1:
             events.run_changed(run_id=run_id, thread_id=thread_id, status="pending")
         return HANDED_BACK
     if outcome.cancelled:
-        run.refresh_from_db(fields=["cancel_action", "cancelled_by"])
+        _on_live_connection(lambda: run.refresh_from_db(fields=["cancel_action", "cancelled_by"]))
         if run.cancel_action == "rollback":
             _rollback(run)
     fields: dict[str, Any] = {
@@ -379,7 +440,7 @@ def execute_run(run_id: Any) -> str | None:
     }
     if outcome.cancelled:
         fields["cancelled_by"] = Coalesce(F("cancelled_by"), V("system"))
-    rows = Run.objects.filter(pk=run_id, status="running", attempts=run.attempts).update(**fields)
+    rows = _on_live_connection(lambda: held.update(**fields))
     if rows == 1:
         events.run_changed(run_id=run_id, thread_id=thread_id, status=outcome.status)
         if (run.kwargs or {}).get("webhook"):
@@ -387,7 +448,7 @@ def execute_run(run_id: Any) -> str | None:
     else:
         logger.warning("run %s was taken over while it ran; its outcome is not recorded", run_id)
     if thread_id is not None:
-        start_next(thread_id)
+        _on_live_connection(lambda: start_next(thread_id))
     return outcome.status
 
 
@@ -400,15 +461,20 @@ def _drive(run: Run, stop: _Stop) -> _Outcome:
             return _Outcome("lost")
         if stop.reason == "shutdown":
             return _Outcome("pending")
+        if stop.reason == "connection":
+            return _hand_back(run, f"the database connection was lost ({stop.error})")
         return _Outcome("interrupted", cancelled=True)
     except (LeaseLost, StorageError) as exc:
         # The thread's lease lapsed, or another write got there first: a stalled worker
         # the reaper presumed dead is still finishing a step, or the database hiccuped.
         # Hand the run back: the next claim continues it from its last checkpoint.
-        if run.attempts < MAX_ATTEMPTS:
-            logger.warning("run %s: %s; handing it back", run.pk, exc)
-            return _Outcome("pending")
-        return _Outcome("error", _error_json(exc.to_dict()))
+        _reconnect()  # if the database hiccuped, the hand-back needs a new connection
+        return _hand_back(run, str(exc), exc.to_dict())
+    except _CONNECTION_LOST as exc:
+        # Lost at any other point of the run (reading the head, taking the thread): the
+        # same as between two steps.
+        _reconnect()
+        return _hand_back(run, f"the database connection was lost ({exc})")
     except CriogenError as exc:
         return _Outcome("error", _error_json(exc.to_dict()))
     except Exception as exc:
@@ -424,6 +490,18 @@ def _drive(run: Run, stop: _Stop) -> _Outcome:
     return _Outcome("success")
 
 
+def _hand_back(run: Run, why: str, error: dict[str, Any] | None = None) -> _Outcome:
+    """Hand the run back (``pending``, counted), or end it in ``error`` when it has been
+    handed back :data:`MAX_HAND_BACKS` times already."""
+    if run.hand_backs < MAX_HAND_BACKS:
+        logger.warning("run %s: %s; handing it back", run.pk, why)
+        return _Outcome("pending", counted=True)
+    if error is None:
+        error = StorageError(why).to_dict()
+    error["message"] = f"{error.get('message', why)} (handed back {run.hand_backs} times)"
+    return _Outcome("error", _error_json(error))
+
+
 def _call(run: Run, stop: _Stop) -> Any:
     graph = get_graph(run.graph_id)
     rid = str(run.run_id)
@@ -433,6 +511,9 @@ def _call(run: Run, stop: _Stop) -> Any:
         options["should_stop"] = stop
     kwargs = run.kwargs or {}
     metadata = run.metadata or {}
+    # Who asked for the run, and from where: the engine's audit event names them.
+    by = kwargs.get("actor") or metadata.get("resumed_by") or metadata.get("retried_by")
+    actor = {"by": str(by) if by else None, "door": kwargs.get("door") or "api"}
     if (
         run.attempts == 1
         and run.command is None
@@ -442,26 +523,27 @@ def _call(run: Run, stop: _Stop) -> Any:
         # The common case, a new turn claimed for the first time, reads the head only
         # when it takes the thread.
         try:
-            return thread.run(run.input, **options)
+            return thread.run(run.input, **options, **actor)
         except ThreadInterrupted:
             # The previous run was cancelled mid-way: the new turn starts from its state.
             head = thread.head
             assert head is not None
             thread.rewind(head.id)
-            return thread.run(run.input, **options)
+            return thread.run(run.input, **options, **actor)
     head = thread.head
     if head is not None and head.run_id == rid:
         # Claimed again after a crash or a hand-back: this run already wrote checkpoints.
         if head.status == "in_progress":
             return thread.retry(**options)
         return _ended(head)
-    # Who asked for the answer or retry, and from where: the engine's audit event.
-    by = kwargs.get("actor") or metadata.get("resumed_by") or metadata.get("retried_by")
-    actor = {"by": str(by) if by else None, "door": kwargs.get("door") or "api"}
     if kwargs.get("action") == "retry":
         return thread.retry(**options, **actor)
-    if run.command is not None:
+    if run.command is not None and "resume" in run.command:
         return thread.resume(run.command.get("resume"), **options, **actor)
+    if run.command is not None:
+        # command.update alone: applied when the run was created; the thread goes on
+        # waiting (or stays as it is).
+        return _ended(thread.head) if thread.head is not None else {"status": "success"}
     if run.checkpoint_id:
         # A fork written without this run's id: if the run is claimed again after a
         # crash, it forks again instead of mistaking the fork for its own progress.
@@ -470,11 +552,11 @@ def _call(run: Run, stop: _Stop) -> Any:
             if fork.status in ("in_progress", "failed"):
                 return thread.retry(**options)
             return _ended(fork)
-        return thread.run(run.input, **options)
+        return thread.run(run.input, **options, **actor)
     if head is not None and head.status == "in_progress" and head.source != "fork":
         # The previous run was cancelled mid-way: the new turn starts from its state.
         thread.rewind(head.id)
-    return thread.run(run.input, **options)
+    return thread.run(run.input, **options, **actor)
 
 
 def _ended(head: Any) -> dict[str, Any]:
@@ -701,8 +783,9 @@ def drain(timeout: float | None = None) -> bool:
 
 
 def start_background() -> None:
-    """Start the in-process timer that reaps dead runs and sweeps expired threads
-    (once per process; not when ``CRIOGEN_SWEEP_SECONDS`` is 0)."""
+    """Start the in-process timer that reaps dead runs (every ``CRIOGEN_REAP_SECONDS``)
+    and sweeps expired threads (every ``CRIOGEN_SWEEP_SECONDS``); once per process, and
+    not when ``CRIOGEN_SWEEP_SECONDS`` is 0."""
     global _timer
     period = float(settings.CRIOGEN_SWEEP_SECONDS)
     if period <= 0 or settings.CRIOGEN_RUNNER != "inprocess":
@@ -718,7 +801,7 @@ def _tick(period: float) -> None:
     from criogen.services.deadlines import fire_deadlines
     from criogen.services.threads import sweep_threads
 
-    reap_every = min(period, _lease_seconds())
+    reap_every = min(period, float(settings.CRIOGEN_REAP_SECONDS) or period)
     last_sweep = time.monotonic()
     while not _shutdown.wait(reap_every):
         close_old_connections()
@@ -728,6 +811,10 @@ def _tick(period: float) -> None:
                 last_sweep = time.monotonic()
                 sweep_threads()
                 fire_deadlines()
+        except _CONNECTION_LOST as exc:
+            # Its connection broke (killed while idle): the next round opens a new one.
+            _reconnect()
+            logger.warning("the in-process sweep lost its database connection: %s", exc)
         except Exception:
             logger.exception("the in-process sweep failed")
         finally:

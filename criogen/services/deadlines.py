@@ -35,9 +35,9 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from criogen import outbound
+from criogen.engine.active_run import ActiveRun
 from criogen.engine.checkpoints import new_id
 from criogen.engine.errors import CriogenError
-from criogen.engine.runner import ActiveRun
 from criogen.engine.store import AuditRecord
 from criogen.registry import storage
 from criogen.storage.models import DeadlineFiring, Run, Thread

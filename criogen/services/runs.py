@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from django.conf import settings
@@ -25,21 +26,22 @@ from django.db import transaction
 from django.utils import timezone
 
 from criogen import dispatch, events
+from criogen.engine.active_run import check_durability
 from criogen.engine.checkpoints import check_thread_id
 from criogen.engine.errors import (
     AlreadyDecided,
     CheckpointNotFound,
     InvalidArgument,
+    NotAllowedToDecide,
     NothingToRetry,
     NotSuspended,
     ThreadBusy,
     ThreadNotFound,
 )
-from criogen.engine.runner import check_durability
 from criogen.engine.state import check_json
 from criogen.engine.threads import check_door, check_expected
 from criogen.outbound import check_webhook_url
-from criogen.registry import storage
+from criogen.registry import get_graph, storage
 from criogen.selectors import RunNotFound
 from criogen.services.assistants import resolve_assistant
 from criogen.storage.models import Assistant, AuditEvent, Checkpoint, Run, Thread
@@ -52,6 +54,8 @@ __all__ = [
     "cancel_run",
     "create_run",
     "delete_run",
+    "may_decide",
+    "Decider",
     "answer_thread",
     "resolve_durability",
     "resume_thread",
@@ -109,6 +113,7 @@ def create_run(
     by: str | None = None,
     door: str = "api",
     expected: str | None = None,
+    decider: Decider | None = None,
 ) -> Run:
     """Create a run ``pending`` and have it executed once the transaction commits.
 
@@ -129,6 +134,9 @@ def create_run(
         expected: the head checkpoint the caller acted on (compare-and-set): if the
             thread moved on, AlreadyDecided (an answer that came second) or StaleHead,
             and nothing is written.
+        decider: who answers, as the door authenticated them (None: a trusted door —
+            Python, deadlines); an answer is refused with NotAllowedToDecide (403,
+            audited) unless :func:`may_decide` says yes.
     Raises:
         InvalidArgument (422, names the field), ThreadNotFound (404),
         CheckpointNotFound (404), GraphNotFound (404), ThreadBusy (409, strategy
@@ -164,6 +172,27 @@ def create_run(
     # Its form only: the address is checked when the webhook is sent (criogen.outbound).
     webhook = check_webhook_url(webhook)
 
+    if resume is not None and decider is not None and thread_id is not None:
+        check_may_decide(decider, thread_id, by=by, door=door)
+    if resume is not None and thread_id is not None:
+        # A bad answer (an edit that does not fit the tool, a missing decision) is a
+        # 422 naming it now, before any run exists, not a run that fails later.
+        get_graph(assistant.graph_id).thread(thread_id).check_answer(command["resume"])
+    update = (command or {}).get("update")
+    if update is not None:
+        if thread_id is None:
+            raise InvalidArgument(
+                "command.update needs a thread to update.", field="command.update"
+            )
+        if decider is not None and not decider.is_operator:
+            check_may_decide(decider, thread_id, by=by, door=door)
+        # command.update is the one update_state (audited, by the caller), applied
+        # before the run: with a resume the run then answers the updated thread;
+        # alone it changes the values and the thread keeps waiting.
+        from criogen.services.threads import update_thread_state
+
+        update_thread_state(thread_id=thread_id, values=update, by=by, door=door)
+
     run_id = uuid.uuid4()
     kwargs = {
         "config": config or {},
@@ -173,11 +202,10 @@ def create_run(
     }
     if action:
         kwargs["action"] = action
-    if resume is not None or action:
-        # Who answers or retries, and from where: the runner hands them to the engine,
-        # which writes the one audit event with the checkpoint it changes.
-        kwargs["actor"] = by
-        kwargs["door"] = door
+    # Who asks for the run, and from where: the runner hands them to the engine, which
+    # writes the audit event (a turn's input, an answer, a retry) with its checkpoint.
+    kwargs["actor"] = by
+    kwargs["door"] = door
     with transaction.atomic():
         # The thread's row, locked: runs created concurrently on one thread see each other.
         thread = _thread_for_run(thread_id, if_not_exists, owner, run_id)
@@ -196,7 +224,7 @@ def create_run(
                 "multitask_strategy 'enqueue', 'interrupt' or 'rollback'.",
                 thread_id=thread.pk,
             )
-        answering = next((r for r in active if r.command is not None), None)
+        answering = next((r for r in active if "resume" in (r.command or {})), None)
         if expected is not None and (thread.head_id != expected or answering is not None):
             _refuse_stale(thread, expected, answering)
         if resume is not None and answering is not None and multitask_strategy == "enqueue":
@@ -251,6 +279,68 @@ def create_run(
         thread.save(update_fields=["metadata", "updated_at"])
         transaction.on_commit(lambda: _announce_and_enqueue(run))
     return run
+
+
+@dataclass(frozen=True)
+class Decider:
+    """Who answers a suspension, as the door that authenticated them knows them."""
+
+    user: Any
+    """The Django user (None when authentication is off: an operator)."""
+    is_operator: bool
+    """Staff or ``criogen.operate``: operators decide every suspension."""
+
+
+def deciders_of(assistant: Assistant) -> list[str]:
+    """Who besides operators may answer the suspensions of ``assistant``'s threads:
+    its ``metadata["deciders"]``, else ``settings.CRIOGEN_DECIDERS`` for its graph id
+    (or ``"*"``). ``"owners"`` is the thread's owner; ``"group:NAME"`` members of that
+    Django group."""
+    own = (assistant.metadata or {}).get("deciders")
+    if isinstance(own, list):
+        return [str(rule) for rule in own]
+    defaults = getattr(settings, "CRIOGEN_DECIDERS", {}) or {}
+    rules = defaults.get(assistant.graph_id, defaults.get("*", []))
+    return [str(rule) for rule in rules] if isinstance(rules, list) else []
+
+
+def may_decide(decider: Decider, thread: Thread, assistant: Assistant) -> bool:
+    """Whether ``decider`` may answer ``thread``'s suspension (and edit its calls)."""
+    if decider.is_operator:
+        return True
+    user = decider.user
+    if user is None or not getattr(user, "is_active", False):
+        return False
+    rules = deciders_of(assistant)
+    if "owners" in rules and thread.owner_id is not None and thread.owner_id == user.pk:
+        return True
+    groups = [rule[len("group:") :] for rule in rules if rule.startswith("group:")]
+    return bool(groups) and user.groups.filter(name__in=groups).exists()
+
+
+def check_may_decide(decider: Decider, thread_id: str, *, by: str | None, door: str) -> None:
+    """Refuse (NotAllowedToDecide, audited as ``decide_refused``) an answer from someone
+    who may not decide the thread's suspension; the assistant that counts is the one
+    whose run suspended (the thread's last), not the one the answer names."""
+    thread = Thread.objects.filter(pk=thread_id).first()
+    if thread is None:
+        return  # create_run answers ThreadNotFound
+    assistant = _thread_assistant(thread_id)
+    if may_decide(decider, thread, assistant):
+        return
+    storage().record_audit(
+        "decide_refused",
+        thread_id=thread_id,
+        actor=by,
+        door=door,
+        details={"assistant_id": str(assistant.assistant_id), "head": thread.head_id},
+    )
+    raise NotAllowedToDecide(
+        f"{by or 'you'} may not answer the suspensions of thread {thread_id!r}: only "
+        "operators decide here (an assistant can let its threads' owners or named groups "
+        "decide: metadata.deciders).",
+        thread_id=thread_id,
+    )
 
 
 def _refuse_stale(thread: Thread, expected: str, answering: Run | None) -> NoReturn:
@@ -330,19 +420,34 @@ def _check_json(value: Any, field: str) -> None:
 
 
 def _check_command(command: Any) -> Any:
+    """The answer (``command["resume"]``) of a valid command, or None: ``update`` (a
+    JSON object, applied first) and ``resume`` are supported."""
     if command is None:
         return None
-    if not isinstance(command, dict) or "resume" not in command:
+    if not isinstance(command, dict) or not ({"resume", "update"} & set(command)):
         raise InvalidArgument(
-            'command must be {"resume": value}; other commands are not supported.',
+            'command must be {"resume": value} and/or {"update": {...}}; other commands '
+            "are not supported.",
             field="command",
         )
-    unsupported = sorted(k for k, v in command.items() if k != "resume" and v is not None)
+    unsupported = sorted(
+        k for k, v in command.items() if k not in ("resume", "update") and v is not None
+    )
     if unsupported:
         raise InvalidArgument(
-            f"command.{unsupported[0]} is not supported; send only command.resume.",
+            f"command.{unsupported[0]} is not supported; send command.resume and/or "
+            "command.update.",
             field=f"command.{unsupported[0]}",
         )
+    update = command.get("update")
+    if update is not None and not isinstance(update, dict):
+        raise InvalidArgument(
+            "command.update must be a JSON object of the state keys to change.",
+            field="command.update",
+        )
+    _check_json(update, "command.update")
+    if "resume" not in command:
+        return None
     _check_json(command["resume"], "command.resume")
     return command
 
@@ -507,6 +612,7 @@ def answer_thread(
     door: str,
     expected: str | None = None,
     metadata: dict[str, Any] | None = None,
+    decider: Decider | None = None,
 ) -> Run:
     """Answer the thread's suspension with ``value`` — the one way every door answers
     (dashboard, deadlines; the REST API's resume runs reach :func:`create_run` with
@@ -527,6 +633,7 @@ def answer_thread(
         by=by,
         door=door,
         expected=expected,
+        decider=decider,
     )
 
 

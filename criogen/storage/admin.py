@@ -88,6 +88,7 @@ class RunAdmin(admin.ModelAdmin):
         "durability",
         "multitask_strategy",
         "attempts",
+        "hand_backs",
         "cancelled_by",
         "created_at",
     )
@@ -102,6 +103,7 @@ class RunAdmin(admin.ModelAdmin):
         "run_id",
         "status",
         "attempts",
+        "hand_backs",
         "worker",
         "lease_expires",
         "started_at",

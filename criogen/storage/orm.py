@@ -167,6 +167,7 @@ class OrmStorage(Storage):
             for option, setting in (
                 ("encryption_key", "CRIOGEN_ENCRYPTION_KEY"),
                 ("audit", "CRIOGEN_AUDIT"),
+                ("max_state_bytes", "CRIOGEN_MAX_STATE_BYTES"),
             ):
                 if agent_options.get(option) is None:
                     agent_options[option] = getattr(settings, setting, None) or None

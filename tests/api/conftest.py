@@ -124,6 +124,10 @@ def start_server(
         "CONN_MAX_AGE": "0",
         "LOG_LEVEL": "WARNING",
         "CRIOGEN_CRON_TICK_SECONDS": "1",
+        # The personas answer their own threads' suspensions in most tests, as a chat
+        # front end's user does; test_deciders.py checks the operators-only rule with
+        # assistants whose metadata says so.
+        "CRIOGEN_DECIDERS": '{"*": ["owners"]}',
         "PYTHONDONTWRITEBYTECODE": "1",
         **settings,
     }

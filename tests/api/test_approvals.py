@@ -73,3 +73,40 @@ async def test_an_hitl_response_rejects_with_a_message(client: Any) -> None:
     tool_results = " ".join(m["content"] for m in final["messages"] if m["type"] == "tool")
     assert "Refunded" not in tool_results
     assert "not without a receipt" in tool_results
+
+
+async def test_an_edit_typed_as_text_runs_with_the_schemas_type(client: Any) -> None:
+    tid, _ = await suspended_thread(client)
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "issue_refund", "args": {"order_id": "42", "amount": "5"}},
+    }
+    final = await client.runs.wait(tid, "support", command={"resume": {"decisions": [edit]}})
+    results = [m["content"] for m in final["messages"] if m["type"] == "tool"]
+    refunds = [r for r in results if "Refunded" in r]
+    assert len(refunds) == 1 and "Refunded 5.00 EUR on order 42." in refunds[0]
+    assert refunds[0].startswith("[A person edited this call: issue_refund ran with")
+
+
+@pytest.mark.parametrize("how", ["create", "stream", "wait"])
+async def test_a_bad_edit_is_a_422_before_any_run_exists(client: Any, how: str) -> None:
+    tid, _ = await suspended_thread(client)
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "issue_refund", "args": {"order_id": "42", "amount": "lots"}},
+    }
+    command = {"resume": {"decisions": [edit]}}
+    with pytest.raises(httpx.HTTPStatusError) as caught:
+        if how == "create":
+            await client.runs.create(tid, "support", command=command)
+        elif how == "wait":
+            await client.runs.wait(tid, "support", command=command)
+        else:
+            async for _ in client.runs.stream(tid, "support", command=command):
+                pass
+    refused = caught.value.response
+    assert refused.status_code == 422
+    assert "'amount'" in refused.json()["detail"]
+    assert refused.json()["field"].endswith(".args")
+    assert len(await client.runs.list(tid)) == 1  # only the run that suspended
+    assert (await client.threads.get(tid))["status"] == "interrupted"

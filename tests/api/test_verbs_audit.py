@@ -123,3 +123,11 @@ def test_a_second_resume_of_the_same_suspension_is_already_decided(
     assert (refused.json()["code"], refused.json()["decided_by"]) == ("already_decided", "alice")
     assert client.threads.get_state(tid)["values"]["answer"] == "first"
     assert [e["action"] for e in _events(any_server, tid)] == ["resume"]
+
+
+def test_a_new_turn_of_an_agent_is_audited_with_its_actor(any_server: Server, alice: Any) -> None:
+    tid = alice.threads.create()["thread_id"]
+    ask = {"messages": [{"role": "user", "content": "Please refund order 42"}]}
+    assert "__interrupt__" in alice.runs.wait(tid, "support", input=ask)
+    events = _events(any_server, tid)
+    assert [(e["action"], e["actor"], e["door"]) for e in events] == [("input", "alice", "api")]

@@ -246,7 +246,10 @@ def test_a_worker_sent_sigterm_finishes_its_step_and_hands_the_run_back(
     cluster: Cluster,
 ) -> None:
     thread_id = f"term-{uuid.uuid4().hex[:8]}"
-    run_id = cluster.create_run(thread_id, input={"n": 0, "sleep": 1.5}, durability="sync")
+    # Each step sleeps 4 s: the SIGTERM below must reach the worker while it is in
+    # step b. Celery handles the signal when its event loop next wakes, which on a
+    # loaded machine took longer than the 1.5 s steps this test used to have.
+    run_id = cluster.create_run(thread_id, input={"n": 0, "sleep": 4.0}, durability="sync")
     cluster.wait("node a's checkpoint", lambda: cluster.head_version(thread_id) >= 2)
     leaving = cluster.holder(run_id)
 

@@ -282,6 +282,51 @@ def test_the_reaper_leaves_live_runs_alone(thread_id: str) -> None:
     assert finish(run).attempts == 1
 
 
+def test_a_node_longer_than_the_lease_keeps_its_run_while_the_reaper_runs(
+    thread_id: str,
+) -> None:
+    # The heartbeat renews the leases on a thread of its own, not between steps: node b
+    # sleeps through more than three leases (2 s here) and nobody takes its run away.
+    run = start(thread_id, input={"sleep": 7}, durability="sync")
+    wait_for_version(thread_id, 2)
+    deadline = time.monotonic() + 30
+    while Run.objects.filter(pk=run.pk, status="running").exists():
+        assert runner.reap_expired() == {"requeued": [], "restarted": []}
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+    run = finish(run)
+    assert (run.status, run.attempts, run.hand_backs) == ("success", 1, 0)
+
+
+def test_re_claims_after_crashes_do_not_use_up_the_hand_back_limit(thread_id: str) -> None:
+    first = start(thread_id, input={"sleep": 1})
+    second = start(thread_id, input={"n": 0, "sleep": 1.5}, durability="sync")
+    # Four workers died holding the second run: the reaper gave it back four times.
+    assert Run.objects.filter(pk=second.pk, status="pending").update(attempts=4) == 1
+    finish(first)
+    deadline = time.monotonic() + 20
+    while Checkpoint.objects.filter(run_id=str(second.pk)).count() < 2:
+        assert time.monotonic() < deadline, "the second run never got to node b"
+        time.sleep(0.02)
+    # Its fifth claim loses the thread while node b runs: it hands the run back
+    # instead of ending it in error, as its first hand-back.
+    Thread.objects.filter(pk=thread_id).update(lease_id="intruder", lease_expires=time.time() + 60)
+    while not Run.objects.filter(pk=second.pk, hand_backs=1).exists():
+        assert time.monotonic() < deadline, Run.objects.get(pk=second.pk).status
+        time.sleep(0.02)
+    Thread.objects.filter(pk=thread_id).update(lease_id=None, lease_expires=0)
+
+    second = finish(second)
+    assert (second.status, second.error, second.attempts, second.hand_backs) == (
+        "success",
+        None,
+        6,
+        1,
+    )
+    assert state(thread_id)["steps"] == ["a", "b", "c", "a", "b", "c"]
+
+
 def test_a_shutdown_hands_the_run_back_after_its_current_step(thread_id: str) -> None:
     run = start(thread_id, input={"sleep": 0.8}, durability="sync")
     wait_for_version(thread_id, 2)

@@ -405,6 +405,38 @@ def test_a_viewer_sees_only_audit_events_of_their_threads(
     assert mine.pk in html and "secret-action" not in html
 
 
+def test_a_deleted_threads_audit_events_are_not_shown_to_the_next_owner_of_its_id(
+    as_viewer: Client, viewer, operator, waiting_agent
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from criogen.storage.models import AuditEvent, Thread
+
+    reused = new_thread_id("reused")
+    # Another user's thread with this id was rejected with a note, then deleted.
+    earlier = timezone.now() - timedelta(minutes=5)
+    AuditEvent.objects.create(
+        actor="bob",
+        action="reject",
+        thread_id=reused,
+        details='{"message": "bob-private-note"}',
+        created_at=earlier,
+    )
+    AuditEvent.objects.create(
+        actor="bob", action="delete", thread_id=reused, details="{}", created_at=earlier
+    )
+    mine = waiting_agent(owner=viewer, thread_id=reused)
+    assert Thread.objects.get(pk=reused).created_at > earlier
+    AuditEvent.objects.create(actor="olga", action="approve", thread_id=mine.pk, details="{}")
+    html = as_viewer.get("/ui/audit/").content.decode()
+    assert "approve" in html and mine.pk in html
+    assert "bob-private-note" not in html and ">bob<" not in html
+    filtered = as_viewer.get("/ui/audit/", {"thread": reused}).content.decode()
+    assert "bob-private-note" not in filtered
+
+
 def test_pages_answer_with_the_inbox_partial_for_htmx(as_operator: Client, waiting_agent) -> None:
     waiting_agent()
     response = as_operator.get("/ui/inbox/", HTTP_HX_REQUEST="true")

@@ -3,11 +3,13 @@ decisions, the effect ledger) and a signed-in dashboard session over HTTP."""
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,19 +182,61 @@ class RedisServer:
 
 
 def start_celery_server(
-    database_url: str, tmp: Path, redis: RedisServer, queue: str, lease: int
+    database_url: str,
+    tmp: Path,
+    redis: RedisServer,
+    queue: str,
+    lease: int | None,
+    **settings: str,
 ) -> Server:
     """An API server whose runs go to Celery workers on ``queue`` of ``redis`` (broker
-    on database 0, live events on 1), with a lease of ``lease`` seconds."""
-    return start_server(
+    on database 0, live events on 1), with a lease of ``lease`` seconds (None: the
+    default, ``CRIOGEN_LEASE_SECONDS`` unset) and other ``settings`` (its ``env``, for
+    the workers too)."""
+    lease_setting = {} if lease is None else {"CRIOGEN_LEASE_SECONDS": str(lease)}
+    server = start_server(
         database_url,
         tmp,
         REDIS_URL=redis.url(1),
         CELERY_BROKER_URL=redis.url(0),
         CELERY_TASK_DEFAULT_QUEUE=queue,
         CRIOGEN_RUNNER="celery",
-        CRIOGEN_LEASE_SECONDS=str(lease),
+        **lease_setting,
+        **settings,
     )
+    if lease is None:
+        server.env.pop("CRIOGEN_LEASE_SECONDS", None)
+    return server
+
+
+def start_beat(
+    env: dict[str, str], logs: Path, reap_seconds: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Celery beat, reaping every ``reap_seconds`` (None: the default,
+    ``CRIOGEN_REAP_SECONDS`` unset); its log is ``logs/beat.log``."""
+    beat_env = {**env, "PYTHONUNBUFFERED": "1"}
+    beat_env.pop("CRIOGEN_REAP_SECONDS", None)
+    if reap_seconds is not None:
+        beat_env["CRIOGEN_REAP_SECONDS"] = str(reap_seconds)
+    with (logs / "beat.log").open("wb") as log:
+        return subprocess.Popen(  # noqa: S603 - our own venv's celery
+            [
+                str(Path(sys.executable).parent / "celery"),
+                *("-A", "criogen", "beat", "--schedule", str(logs / "beat-schedule")),
+                *("--loglevel", "info"),
+            ],
+            cwd=ROOT,
+            env=beat_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def percentile(samples: list[float], pct: float) -> float:
+    """The nearest-rank ``pct`` percentile of ``samples`` (p95 of 3 is their max)."""
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
 
 
 def redis_server_available() -> bool:

@@ -9,6 +9,11 @@ per idempotency key, finished, run at most once per claim of its run, its result
 in the state.
 
 Fast subset: 3 crashes; ``make reliability``: 50.
+
+Recovery time: with the default settings (lease, reaper period) and beat running, the
+worker holding a run is killed with SIGKILL and the time until another worker claims
+the run is measured; its p95 must stay within the 10 s of docs/deployment.md. Fast
+subset: 3 kills; ``make reliability``: 20.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from tests.reliability.helpers import (
     RedisServer,
     approve_refund,
     check_contiguous,
+    percentile,
     pg,
+    start_beat,
     start_celery_server,
     support_thread_waiting,
 )
@@ -172,3 +179,95 @@ def test_celery_workers_killed_at_random_steps_all_runs_recover(
     finally:
         workers.stop_all()
         stop_server(server)
+
+
+RECOVERY_SECONDS = 10
+"""The promise of docs/deployment.md: a dead worker's run runs again within this, p95,
+with the default settings (lease 6 s renewed every 2 s, reaper every 2 s)."""
+
+
+@pytest.mark.timeout(900)
+def test_a_killed_worker_s_run_is_running_again_within_ten_seconds(
+    tmp_path: Path, own_database: str, own_redis: RedisServer, figures: Figures
+) -> None:
+    rng = random.Random(15)  # reproducible kill points
+    kills = scale(20, 3)
+    queue = f"criogen-recovery-{uuid.uuid4().hex[:8]}"
+    # Default lease and reaper period: the figure is the one a deployment gets.
+    server = start_celery_server(own_database, tmp_path, own_redis, queue, lease=None)
+    assert "CRIOGEN_REAP_SECONDS" not in server.env, "the test measures the defaults"
+    workers = CeleryWorkers(server.env, queue, tmp_path)
+    beat = start_beat(server.env, tmp_path)
+    samples: list[float] = []
+    try:
+        for name in (workers.start(), workers.start()):
+            workers.wait_ready(name)
+        for _ in range(kills):
+            # Another worker is up to take the run once it is re-queued.
+            deadline = time.monotonic() + 90
+            while len(workers.ready()) < 2:
+                assert time.monotonic() < deadline, workers.dump("no second worker got ready")
+                time.sleep(0.1)
+            with server.http("alice") as http:
+                tid = http.post("/threads", json={}).json()["thread_id"]
+                created = http.post(
+                    f"/threads/{tid}/runs",
+                    json={"assistant_id": "steps", "input": {"n": 0, "sleep": 3}},
+                )
+                assert created.status_code == 200, created.text
+                run_id = created.json()["run_id"]
+            deadline = time.monotonic() + 60
+            while (held := holder(own_database, run_id)) is None:
+                assert time.monotonic() < deadline, workers.dump(f"run {run_id} never started")
+                time.sleep(0.02)
+            by_pid = {proc.pid: name for name, proc in workers.procs.items()}
+            assert held in by_pid, (held, by_pid)
+            # Anywhere in the heartbeat's period (2 s) and in node b's sleep.
+            time.sleep(rng.uniform(0, 2.5))
+            workers.kill(by_pid[held])
+            killed_at = time.monotonic()
+            figures.celery_crashes_injected += 1
+            workers.start()  # the supervisor's replacement
+            # Taken again: another worker's claim (attempts 2) sets it running.
+            deadline = killed_at + 60
+            with pg(own_database) as db:
+                while True:
+                    row = db.execute(
+                        "SELECT attempts, status FROM criogen_run WHERE run_id = %s", (run_id,)
+                    ).fetchone()
+                    if row is not None and row[0] >= 2:
+                        samples.append(time.monotonic() - killed_at)
+                        break
+                    assert time.monotonic() < deadline, workers.dump(f"run {run_id} not reclaimed")
+                    time.sleep(0.02)
+            deadline = time.monotonic() + 60
+            while (status := run_status(own_database, run_id)) in ("pending", "running"):
+                assert time.monotonic() < deadline, workers.dump(f"run {run_id} never ended")
+                time.sleep(0.05)
+            assert status == "success", workers.dump(f"run {run_id} ended {status}")
+            check_contiguous(own_database, tid, figures)
+            figures.celery_crashes_recovered += 1
+    finally:
+        beat.terminate()
+        beat.wait(15)
+        workers.stop_all()
+        stop_server(server)
+    figures.dead_worker_recovery_seconds += samples
+    p95 = percentile(samples, 95)
+    print(f"a dead worker's run ran again after {sorted(round(s, 2) for s in samples)} s")
+    assert p95 <= RECOVERY_SECONDS, (p95, samples)
+
+
+def holder(database_url: str, run_id: str) -> int | None:
+    """The pid of the worker running the run, or None while nobody runs it."""
+    with pg(database_url) as db:
+        row = db.execute(
+            "SELECT worker FROM criogen_run WHERE run_id = %s AND status = 'running'", (run_id,)
+        ).fetchone()
+    return None if row is None else int(row[0].rsplit(":", 1)[1])
+
+
+def run_status(database_url: str, run_id: str) -> str:
+    with pg(database_url) as db:
+        row = db.execute("SELECT status FROM criogen_run WHERE run_id = %s", (run_id,)).fetchone()
+    return str(row[0])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.conftest import ROOT, Server, stop_server
+from tests.api.conftest import Server, stop_server
 from tests.conftest import need_service
 from tests.reliability.conftest import Figures, scale
 from tests.reliability.helpers import (
@@ -37,6 +36,7 @@ from tests.reliability.helpers import (
     approve_refund,
     check_contiguous,
     pg,
+    start_beat,
     start_celery_server,
     support_thread_waiting,
 )
@@ -47,27 +47,6 @@ LEASE = 2
 """Seconds: a run queued while the broker was down is re-enqueued a lease later."""
 QUICK = 3.0
 """Seconds: the slowest answer a read may give while Redis is down."""
-
-
-def start_beat(env: dict[str, str], logs: Path) -> subprocess.Popen[bytes]:
-    """Celery beat, reaping every second (production: ``CRIOGEN_REAP_SECONDS``, 15)."""
-    with (logs / "beat.log").open("wb") as log:
-        return subprocess.Popen(  # noqa: S603 - our own venv's celery
-            [
-                str(Path(sys.executable).parent / "celery"),
-                "-A",
-                "criogen",
-                "beat",
-                "--schedule",
-                str(logs / "beat-schedule"),
-                "--loglevel",
-                "info",
-            ],
-            cwd=ROOT,
-            env={**env, "CRIOGEN_REAP_SECONDS": "1", "PYTHONUNBUFFERED": "1"},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
 
 
 def reads(server: Server, tid: str) -> list[tuple[str, int, float]]:
@@ -116,7 +95,7 @@ def test_reads_answer_and_runs_accepted_while_redis_is_down_all_run(
         # reconnect by themselves (Celery 5.7.0 made the busy one exit: pinned below it).
         for name in (workers.start(), workers.start()):
             workers.wait_ready(name)
-        beat = start_beat(server.env, tmp_path)
+        beat = start_beat(server.env, tmp_path, reap_seconds=1)
         with server.http("alice") as http:
             support = support_thread_waiting(http)
             busy = http.post("/threads", json={}).json()["thread_id"]

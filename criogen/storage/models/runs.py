@@ -154,6 +154,11 @@ class Run(models.Model):
     )
     # Execution bookkeeping, written by the runner only.
     attempts = models.PositiveIntegerField(default=0, help_text="times a worker claimed it")
+    hand_backs = models.PositiveIntegerField(
+        default=0,
+        help_text="times a worker gave it back after losing its database connection, its "
+        "thread's lease or a write (re-claims after a crash and shutdowns do not count)",
+    )
     worker = models.CharField(max_length=255, blank=True, default="")
     lease_expires = models.FloatField(default=0.0, help_text="Unix time; renewed while running")
     started_at = models.DateTimeField(null=True, blank=True)

@@ -7,18 +7,19 @@ from typing import Any
 import pytest
 
 from criogen import Agent, Storage, tool
-from criogen.engine.agent_errors import ModelError, ScriptExhausted
 from criogen.engine.agents import RESERVED_KEY, AgentThread
 from criogen.engine.errors import (
     InvalidArgument,
     MaxStepsExceeded,
+    ModelError,
     NothingToRetry,
     RunFailed,
+    ScriptExhausted,
     ThreadInterrupted,
     ThreadSuspended,
 )
 from criogen.engine.tools import ToolContext
-from criogen.models import ScriptedModel
+from criogen.llms import ScriptedModel
 
 
 @tool(idempotent=True)

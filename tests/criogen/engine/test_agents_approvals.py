@@ -14,11 +14,16 @@ from typing import Any
 import pytest
 
 from criogen import Agent, Storage, tool
-from criogen.engine.agent_errors import ScriptExhausted
 from criogen.engine.agents import StaleDecision, args_digest
-from criogen.engine.errors import AlreadyDecided, InvalidArgument, NotSuspended, RunFailed
+from criogen.engine.errors import (
+    AlreadyDecided,
+    InvalidArgument,
+    NotSuspended,
+    RunFailed,
+    ScriptExhausted,
+)
 from criogen.engine.tools import ToolContext
-from criogen.models import ScriptedModel
+from criogen.llms import ScriptedModel
 
 RAN: list[tuple[str, dict[str, Any], str]] = []
 
@@ -141,9 +146,33 @@ def test_decide_settles_calls_one_by_one_with_edited_arguments(
     reply = t.decide({"r1": {"args": {"order_id": "42", "amount": 5.0}}, "m1": "reject"}, by="c")
     assert reply.status == "completed"
     assert RAN[0][:2] == ("refund", {"order_id": "42", "amount": 5.0})
-    assert reply.text.startswith("success:refunded 5.0 on 42 | error:Rejected")
+    # The model's call keeps its arguments; the result says a person changed them.
+    note = '[A person edited this call: refund ran with {"amount": 5.0, "order_id": "42"}'
+    assert reply.text.startswith(f"success:{note}")
+    assert "refunded 5.0 on 42 | error:Rejected" in reply.text
     edit = [d for d in t.decisions() if d.call_id == "r1"][0]
     assert (edit.decision, edit.args) == ("edit", {"order_id": "42", "amount": 5.0})
+
+
+def test_an_edit_typed_as_text_is_taken_as_the_schema_says_and_checked_before_anything(
+    storage: Storage, thread_id: str
+) -> None:
+    t = make(storage, [REFUND]).thread(thread_id)
+    t.send("refund 42")
+    head = t.head
+    with pytest.raises(InvalidArgument) as caught:
+        t.check_answer({"decisions": [{"type": "edit", "args": {"order_id": "42", "amount": "x"}}]})
+    assert "'amount'" in caught.value.message and t.head.id == head.id
+    t.check_answer({"decisions": [{"type": "edit", "args": {"order_id": "42", "amount": "5"}}]})
+    reply = t.resume(
+        {"decisions": [{"type": "edit", "args": {"order_id": "42", "amount": "5"}}]}, by="c"
+    )
+    assert reply.status == "completed"
+    assert [("refund", {"order_id": "42", "amount": 5.0}, RAN[0][2])] == RAN
+    (edit,) = t.decisions()
+    assert edit.args == {"order_id": "42", "amount": 5.0}  # what ran
+    (asked,) = [m for m in t.messages if m.get("tool_calls")]
+    assert asked["tool_calls"][0]["args"]["amount"] == 10.0  # the model's own call, kept
 
 
 def test_decide_may_leave_calls_pending_and_the_run_suspends_again(
@@ -183,7 +212,8 @@ def test_resume_takes_a_langchain_hitl_response(storage: Storage, thread_id: str
         },
         by="erin",
     )
-    assert reply.text.startswith("success:refunded 1.0")
+    assert reply.text.startswith("success:[A person edited this call: refund ran with")
+    assert "] refunded 1.0 on 42 | error:Rejected by a person: no" in reply.text
     with pytest.raises(NotSuspended):
         make(storage, []).thread(f"{thread_id}-x").approve()
 
@@ -411,7 +441,7 @@ def test_a_version_in_the_resume_value_binds_the_decisions(
 
 def test_per_tool_options_go_on_the_approval_suspension() -> None:
     from criogen import Agent, tool
-    from criogen.models import ScriptedModel
+    from criogen.llms import ScriptedModel
 
     @tool
     def pay(amount: float) -> str:
@@ -439,7 +469,7 @@ def test_per_tool_options_go_on_the_approval_suspension() -> None:
 def test_it_refuses_bad_per_tool_options_naming_the_field(options: Any) -> None:
     from criogen import Agent, tool
     from criogen.engine.errors import InvalidArgument
-    from criogen.models import ScriptedModel
+    from criogen.llms import ScriptedModel
 
     @tool
     def pay(amount: float) -> str:

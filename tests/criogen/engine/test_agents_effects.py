@@ -13,7 +13,7 @@ import pytest
 
 from criogen import Agent, Storage, tool
 from criogen.engine.tools import ToolContext, build_idempotency_key
-from criogen.models import ScriptedModel
+from criogen.llms import ScriptedModel
 
 CHARGES: list[str] = []
 CRASH_IN: set[str] = set()
@@ -183,7 +183,7 @@ DYING = """
 import os, sys
 from criogen import Agent, Storage, tool
 from criogen.engine.tools import ToolContext
-from criogen.models import ScriptedModel
+from criogen.llms import ScriptedModel
 
 @tool
 def charge(amount: float, ctx: ToolContext) -> str:

@@ -12,7 +12,7 @@ from criogen import Agent, Collection, Memory, Storage
 from criogen.engine.crypto import Cipher, EncryptionKeyInvalid, generate_key
 from criogen.engine.errors import InvalidArgument
 from criogen.engine.memory import DocumentNotFound, FactNotFound
-from criogen.models import ScriptedModel
+from criogen.llms import ScriptedModel
 
 
 def remember_then_answer(fact: str) -> list[Any]:

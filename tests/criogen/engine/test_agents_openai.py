@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from criogen import Agent, Storage, tool
-from criogen.models import OpenAIChat
-from tests.criogen.test_models import ChatServer, Reply, completion
+from criogen.llms import OpenAIChat
+from tests.criogen.test_llms import ChatServer, Reply, completion
 
 
 @tool
@@ -59,7 +59,7 @@ def test_an_openai_agent_suspends_for_approval_and_finishes_after_it(
 
 
 async def test_agents_run_from_async_code(storage: Storage, thread_id: str) -> None:
-    from criogen.models import ScriptedModel
+    from criogen.llms import ScriptedModel
 
     agent = Agent(ScriptedModel(["one", "two"]), storage=storage)
     reply = await agent.arun("hi")

@@ -201,8 +201,8 @@ def test_a_run_whose_lease_was_taken_over_stops_with_lease_lost_and_writes_nothi
 
 
 def test_a_run_whose_head_cannot_be_read_gives_the_thread_back(thread_id: str) -> None:
+    from criogen.engine.active_run import ActiveRun
     from criogen.engine.memory_store import MemoryStorage
-    from criogen.engine.runner import ActiveRun
 
     class Unreadable(MemoryStorage):
         def head(self, thread_id: str) -> Any:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from criogen.engine import agent_errors, messages
-from criogen.engine.agent_errors import InvalidMessage
+from criogen.engine import errors, messages
+from criogen.engine.errors import InvalidMessage
 from criogen.engine.messages import (
     ai,
     human,
@@ -413,7 +413,7 @@ def test_to_openai_rejects_a_malformed_transcript() -> None:
         to_openai([{"type": "tool", "content": "x"}])
 
 
-@pytest.mark.parametrize("module", [messages, agent_errors])
+@pytest.mark.parametrize("module", [messages, errors])
 def test_it_exports_exactly_what_all_lists(module: types.ModuleType) -> None:
     defined_here = {
         name

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 import pytest
 
 from criogen.engine import tools
-from criogen.engine.agent_errors import InvalidTool, InvalidToolCall
+from criogen.engine.errors import InvalidTool, InvalidToolCall
 from criogen.engine.tools import Tool, ToolContext, build_idempotency_key, tool, tool_specs
 
 
@@ -348,7 +348,7 @@ def test_it_accepts_integral_floats_for_integers() -> None:
         ({"amount": 10}, "order_id", "is required but missing"),
         ({"order_id": "42", "amount": 10, "reason": "x"}, "reason", "is not a parameter"),
         ({"order_id": 42, "amount": 10}, "order_id", "must be a string, got integer 42"),
-        ({"order_id": "42", "amount": "10"}, "amount", "must be a number, got string"),
+        ({"order_id": "42", "amount": "ten"}, "amount", "must be a number, got string"),
         ({"order_id": "42", "amount": True}, "amount", "must be a number, got boolean"),
         ({"order_id": "42", "amount": math.nan}, "amount", "must be a finite number"),
         ({"order_id": None, "amount": 10}, "order_id", "got null"),
@@ -396,7 +396,7 @@ def ship(
         ({"items": "a"}, "items", "must be an array"),
         ({"items": [], "address": {"city": "Lyon"}}, "address.street", "is required"),
         ({"items": [], "priority": "urgent"}, "priority", 'one of "low", "high"'),
-        ({"items": [], "counts": {"a": "1"}}, "counts.a", "must be an integer"),
+        ({"items": [], "counts": {"a": "one"}}, "counts.a", "must be an integer"),
     ],
 )
 def test_it_names_nested_arguments_in_errors(
@@ -609,3 +609,20 @@ def test_it_exports_exactly_what_all_lists(module: types.ModuleType) -> None:
 
     assert all(hasattr(module, name) for name in module.__all__)
     assert defined_here <= set(module.__all__)
+
+
+def test_strings_that_spell_the_schemas_type_are_taken_leniently() -> None:
+    from criogen.engine.tools import tool as make_tool
+
+    @make_tool
+    def pay(order_id: str, amount: float, count: int, urgent: bool = False) -> str:
+        """Pay an order."""
+        return f"{order_id}:{amount}:{count}:{urgent}"
+
+    cleaned = pay.validate_args({"order_id": "42", "amount": " 5 ", "count": "3", "urgent": "Yes"})
+    assert cleaned == {"order_id": "42", "amount": 5.0, "count": 3, "urgent": True}
+    for bad in ({"amount": "five"}, {"amount": "nan"}, {"count": "3.5"}, {"urgent": "maybe"}):
+        args = {"order_id": "42", "amount": 1, "count": 1, **bad}
+        with pytest.raises(InvalidToolCall) as caught:
+            pay.validate_args(args)
+        assert repr(next(iter(bad))) in caught.value.message

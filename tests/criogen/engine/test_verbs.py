@@ -149,3 +149,30 @@ def test_an_unknown_door_is_refused_before_anything_is_written(
         thread.update_state({"n": 1}, by="dave", door="backdoor")
     assert caught.value.details["field"] == "door"
     assert _count(audited, thread_id) == before
+
+
+def test_an_update_or_input_that_would_make_the_state_too_large_stores_nothing(
+    storage_url: str, django_db_blocker: Any, thread_id: str
+) -> None:
+    from criogen.engine.errors import StateTooLarge
+
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        small = Storage(storage_url, audit=True, max_state_bytes=2_000)
+        thread = steps.compile(storage=small).thread(thread_id)
+        thread.run({"n": 0})
+        before = _count(small, thread_id)
+        thread.update_state({"steps": ["x" * 800]}, by="dave")  # appended: still fits
+        grown = _count(small, thread_id)
+        with pytest.raises(StateTooLarge) as caught:
+            thread.update_state({"steps": ["y" * 1_500]}, by="dave")
+        assert caught.value.details["limit"] == 2_000
+        assert caught.value.details["size"] > 2_000
+        assert _count(small, thread_id) == grown  # no checkpoint, no audit event
+        with pytest.raises(StateTooLarge):
+            thread.run({"steps": ["z" * 1_500]})
+        assert _count(small, thread_id) == grown
+        assert grown[0] == before[0] + 1
+        agent = make(small, [REFUND]).thread(f"{thread_id}-a")
+        with pytest.raises(StateTooLarge):
+            agent.send("w" * 3_000)
+        assert agent.head is None

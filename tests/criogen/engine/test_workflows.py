@@ -535,26 +535,3 @@ def test_history_refuses_a_limit_that_is_not_a_whole_number(limit: Any) -> None:
 
     assert exc.value.details["field"] == "limit"
     assert th.history(limit=0) == []
-
-
-def test_every_error_is_importable_from_criogen_errors_with_its_own_code() -> None:
-    import criogen.engine.errors as engine_errors
-    from criogen import errors
-
-    assert errors.__all__ == engine_errors.__all__
-    classes = [getattr(errors, name) for name in errors.__all__]
-    assert all(cls is getattr(engine_errors, cls.__name__) for cls in classes)
-    assert all(issubclass(cls, errors.CriogenError) for cls in classes)
-    codes = [cls.code for cls in classes]
-    assert len(codes) == len(set(codes))
-    assert {"thread_suspended", "thread_interrupted", "thread_busy", "checkpoint_not_found"} <= set(
-        codes
-    )
-    exported = {
-        name
-        for name, value in vars(engine_errors).items()
-        if isinstance(value, type)
-        and issubclass(value, Exception)
-        and value.__module__ == engine_errors.__name__
-    }
-    assert exported == set(errors.__all__)

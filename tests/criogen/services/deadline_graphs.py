@@ -20,7 +20,7 @@ workflow.add_edge("ask", END)
 
 def _refund_agent() -> Any:
     from criogen import Agent, tool
-    from criogen.models import ScriptedModel
+    from criogen.llms import ScriptedModel
 
     @tool
     def issue_refund(order_id: str) -> str:

@@ -13,8 +13,8 @@ import pytest
 from django.db import connections, transaction
 
 from criogen import START, Storage, Workflow
+from criogen.engine.active_run import ActiveRun
 from criogen.engine.errors import ThreadBusy
-from criogen.engine.runner import ActiveRun
 from criogen.engine.state import apply_update
 
 

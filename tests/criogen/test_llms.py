@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from criogen import models
-from criogen.engine.agent_errors import InvalidMessage, ModelError, ScriptExhausted
+from criogen import llms
+from criogen.engine.errors import InvalidMessage, ModelError, ScriptExhausted
 from criogen.engine.messages import ai, human, system, tool_result
 from criogen.engine.tools import tool
-from criogen.models import ChatModel, OpenAIChat, ScriptedModel
+from criogen.llms import ChatModel, OpenAIChat, ScriptedModel
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -541,10 +541,10 @@ def test_it_does_not_show_the_api_key() -> None:
     assert "gpt-test" in repr(model)
 
 
-def test_importing_the_models_module_does_not_import_openai() -> None:
+def test_importing_the_llms_module_does_not_import_openai() -> None:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    code = "import sys, criogen.models; assert 'openai' not in sys.modules, 'openai imported'"
+    code = "import sys, criogen.llms; assert 'openai' not in sys.modules, 'openai imported'"
 
     result = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
@@ -553,7 +553,7 @@ def test_importing_the_models_module_does_not_import_openai() -> None:
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("module", [models])
+@pytest.mark.parametrize("module", [llms])
 def test_it_exports_exactly_what_all_lists(module: types.ModuleType) -> None:
     defined_here = {
         name
@@ -563,3 +563,27 @@ def test_it_exports_exactly_what_all_lists(module: types.ModuleType) -> None:
 
     assert all(hasattr(module, name) for name in module.__all__)
     assert defined_here <= set(module.__all__)
+
+
+def test_the_old_models_path_still_imports_with_a_deprecation_warning() -> None:
+    import criogen
+
+    # Import it afresh so that its module-level warning fires here, then leave
+    # sys.modules as it was.
+    saved = sys.modules.pop("criogen.models", None)
+    try:
+        with pytest.warns(
+            DeprecationWarning, match=r"removed in the next release.*criogen\.llms"
+        ) as record:
+            from criogen.models import OpenAIChat as OldOpenAIChat  # noqa: TID251
+            from criogen.models import ScriptedModel as OldScriptedModel  # noqa: TID251
+    finally:
+        sys.modules.pop("criogen.models", None)
+        vars(criogen).pop("models", None)
+        if saved is not None:
+            sys.modules["criogen.models"] = saved
+
+    assert OldOpenAIChat is OpenAIChat
+    assert OldScriptedModel is ScriptedModel
+    # The warning names the line that imports the old path, not the alias module.
+    assert [w.filename for w in record] == [__file__]

@@ -150,7 +150,7 @@ def _new_user(server: Server) -> tuple[str, str]:
         server.env,
         "shell",
         "-c",
-        "from django.contrib.auth import get_user_model; from api.models import ApiToken; "
+        "from django.contrib.auth import get_user_model; from criogen.storage.models import ApiToken; "
         f"u = get_user_model().objects.create(username='{name}'); "
         "print('TOKEN=' + ApiToken.issue(u)[1])",
     )

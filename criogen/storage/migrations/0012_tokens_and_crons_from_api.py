@@ -1,9 +1,12 @@
 """ApiToken and Cron, once models of the ``api`` app, become the core's.
 
-State only: the tables were made by the api app's migrations 0001-0003 and keep their
-names (``api_apitoken``, ``api_cron``); api 0004 drops the models from that app's
-state first. The content types are renamed (``api`` -> ``criogen``) so that the
-permissions and admin log entries attached to them follow the models.
+In the project the tables were made by the api app's migrations 0001-0003 and keep
+their names (``api_apitoken``, ``api_cron``); api 0004 drops the models from that app's
+state first, and this migration changes no table. Where the api app is not installed
+(a plain script's ``Storage("sqlite://…")``), nothing made the tables: this migration
+creates them, with the same names and columns. The content types are renamed (``api``
+-> ``criogen``) so that the permissions and admin log entries attached to them follow
+the models.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ from typing import Any
 
 import django.db.models.deletion
 import django.utils.timezone
+from django.apps import apps as installed
 from django.conf import settings
 from django.db import migrations, models
 
 import criogen.storage.models.crons
 
 MOVED = ("apitoken", "cron")
+
+# The api app made the tables, when it is installed (it is in the project).
+WITH_API = installed.is_installed("api")
 
 
 def _relabel(apps: Any, schema_editor: Any, source: str, target: str) -> None:
@@ -39,14 +46,35 @@ def relabel_backward(apps: Any, schema_editor: Any) -> None:
     _relabel(apps, schema_editor, "criogen", "api")
 
 
+def _tables(schema_editor: Any) -> set[str]:
+    return set(schema_editor.connection.introspection.table_names())
+
+
+def create_missing_tables(apps: Any, schema_editor: Any) -> None:
+    tables = _tables(schema_editor)
+    for name in ("ApiToken", "Cron"):
+        model = apps.get_model("criogen", name)
+        if model._meta.db_table not in tables:
+            schema_editor.create_model(model)
+
+
+def drop_created_tables(apps: Any, schema_editor: Any) -> None:
+    if WITH_API:
+        return  # the api app's tables: its own migrations drop them
+    tables = _tables(schema_editor)
+    for name in ("Cron", "ApiToken"):
+        model = apps.get_model("criogen", name)
+        if model._meta.db_table in tables:
+            schema_editor.delete_model(model)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
         ('criogen', '0011_outbound_attempts'),
-        ('api', '0004_move_tokens_and_crons_to_core'),
         ('contenttypes', '0002_remove_content_type_name'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
-    ]
+    ] + ([('api', '0004_move_tokens_and_crons_to_core')] if WITH_API else [])
 
     operations = [
         migrations.SeparateDatabaseAndState(
@@ -94,5 +122,6 @@ class Migration(migrations.Migration):
             ],
             database_operations=[],
         ),
+        migrations.RunPython(create_missing_tables, drop_created_tables),
         migrations.RunPython(relabel_forward, relabel_backward, elidable=True),
     ]

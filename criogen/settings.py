@@ -361,7 +361,7 @@ CRIOGEN_OUTBOUND_QUEUE = envint("CRIOGEN_OUTBOUND_QUEUE", 1000)
 # How often the in-process timer fires due crons (seconds); Celery beat does it too.
 CRIOGEN_CRON_TICK_SECONDS = envint("CRIOGEN_CRON_TICK_SECONDS", 10)
 CELERY_BEAT_SCHEDULE["criogen-fire-crons"] = {
-    "task": "api.tasks.fire_crons_task",
+    "task": "criogen.tasks.fire_crons_task",
     "schedule": float(CRIOGEN_CRON_TICK_SECONDS),
 }
 # CORS for browser apps on other origins (api/cors.py, docs/deployment.md): a comma

@@ -71,7 +71,7 @@ def drop_created_tables(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('criogen', '0011_outbound_attempts'),
+        ('criogen', '0012_run_hand_backs'),
         ('contenttypes', '0002_remove_content_type_name'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ] + ([('api', '0004_move_tokens_and_crons_to_core')] if WITH_API else [])

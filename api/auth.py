@@ -24,7 +24,7 @@ from django.utils import timezone
 from ninja.security.base import AuthBase
 
 from api.errors import TokenExpired
-from api.models import ApiToken, hash_token
+from criogen.storage.models.tokens import ApiToken, hash_token
 from criogen.storage.rows import Columns, columns
 
 __all__ = [

@@ -56,6 +56,8 @@ def status_for(exc: CriogenError) -> int:
         return 403
     if exc.code == "state_too_large":
         return 413
+    if exc.code == "too_many_streams":
+        return 429
     if isinstance(exc, NotFound) or exc.code.endswith("_not_found"):
         return 404
     if isinstance(exc, _UNPROCESSABLE):

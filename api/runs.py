@@ -30,8 +30,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, get_args
+
+from django.conf import settings
 
 from api import threads
 from api.aio import db
@@ -39,7 +43,7 @@ from api.auth import Principal
 from api.schemas import StreamModeName
 from criogen import selectors
 from criogen.engine.checkpoints import Checkpoint
-from criogen.engine.errors import InvalidArgument
+from criogen.engine.errors import InvalidArgument, TooManyStreams
 from criogen.services.runs import ENDED
 
 if TYPE_CHECKING:
@@ -395,7 +399,65 @@ async def sse_stream(
             )
 
 
-async def thread_stream(*, thread_id: str, modes: list[str]) -> AsyncIterator[bytes]:
+class _StreamSlots:
+    """Live thread streams open in this process, counted per user and per thread, so
+    that one user cannot hold the server's memory with idle subscribers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users: Counter[Any] = Counter()
+        self._threads: Counter[str] = Counter()
+
+    def take(self, user: Any, thread_id: str) -> Callable[[], None]:
+        """Take a slot for ``user`` on ``thread_id`` (TooManyStreams over a cap); return
+        the function that gives it back (once, however often it is called)."""
+        per_user = int(getattr(settings, "CRIOGEN_STREAMS_PER_USER", 20))
+        per_thread = int(getattr(settings, "CRIOGEN_STREAMS_PER_THREAD", 20))
+        with self._lock:
+            if per_user and self._users[user] >= per_user:
+                raise TooManyStreams(
+                    f"you already follow {per_user} live streams on this server "
+                    "(CRIOGEN_STREAMS_PER_USER); close one first.",
+                    limit=per_user,
+                )
+            if per_thread and self._threads[thread_id] >= per_thread:
+                raise TooManyStreams(
+                    f"thread {thread_id!r} already has {per_thread} live streams "
+                    "(CRIOGEN_STREAMS_PER_THREAD); close one first.",
+                    thread_id=thread_id,
+                    limit=per_thread,
+                )
+            self._users[user] += 1
+            self._threads[thread_id] += 1
+        given_back = threading.Event()
+
+        def give_back() -> None:
+            if not given_back.is_set():
+                given_back.set()
+                self._give_back(user, thread_id)
+
+        return give_back
+
+    def _give_back(self, user: Any, thread_id: str) -> None:
+        with self._lock:
+            self._users[user] -= 1
+            self._threads[thread_id] -= 1
+            if self._users[user] <= 0:
+                del self._users[user]
+            if self._threads[thread_id] <= 0:
+                del self._threads[thread_id]
+
+
+stream_slots = _StreamSlots()
+
+SLICE_BYTES = 64 * 1024
+"""Stream events are written in slices of this size: the server's flow control then
+holds back a subscriber that does not read instead of buffering the whole event."""
+
+
+async def thread_stream(
+    *, thread_id: str, modes: list[str], release: Callable[[], None] | None = None
+) -> AsyncIterator[bytes]:
     """The live SSE feed of a thread (``threads.join_stream``): it starts with
     ``event: metadata`` (``{"thread_id"}``) and then, as they happen,
 
@@ -403,7 +465,11 @@ async def thread_stream(*, thread_id: str, modes: list[str]) -> AsyncIterator[by
     - ``state_update``: ``event: values``, the state after each checkpoint;
     - ``run_modes``: each checkpoint in the stream modes of the run that wrote it.
 
-    It has no end: it stops when the client disconnects. Nothing is replayed.
+    It has no end: it stops when the client disconnects. Nothing is replayed. Each
+    event is serialised once for all the thread's subscribers in this process
+    (:func:`_shared_thread_event`) and written in slices, so idle subscribers cost
+    the server one copy of an event, not one each. The caller takes a slot of
+    :data:`stream_slots` first; ``release`` gives it back at the end.
     """
     from channels.layers import get_channel_layer
 
@@ -420,10 +486,64 @@ async def thread_stream(*, thread_id: str, modes: list[str]) -> AsyncIterator[by
             except TimeoutError:
                 yield b": heartbeat\n\n"
                 continue
-            for chunk in await db(_thread_event, thread_id, event, modes):
-                yield chunk
+            for chunk in await db(_shared_thread_event, thread_id, event, modes):
+                view = memoryview(chunk)
+                for at in range(0, len(view), SLICE_BYTES):
+                    yield bytes(view[at : at + SLICE_BYTES])
     finally:
         await layer.group_discard(thread_group(thread_id), name)
+        if release is not None:
+            release()
+
+
+class _SharedEvents:
+    """The serialised SSE chunks of recent checkpoint events, computed once per
+    (checkpoint, modes) however many subscribers ask, and kept within a byte budget."""
+
+    def __init__(self, budget: int = 32 * 1024 * 1024) -> None:
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._done: OrderedDict[tuple[Any, ...], list[bytes]] = OrderedDict()
+        self._size = 0
+        self._pending: dict[tuple[Any, ...], threading.Event] = {}
+
+    def get(self, key: tuple[Any, ...], make: Callable[[], list[bytes]]) -> list[bytes]:
+        while True:
+            with self._lock:
+                if key in self._done:
+                    self._done.move_to_end(key)
+                    return self._done[key]
+                waiting = self._pending.get(key)
+                if waiting is None:
+                    self._pending[key] = threading.Event()
+                    break
+            waiting.wait(30)
+        try:
+            chunks = make()
+        except BaseException:
+            with self._lock:
+                self._pending.pop(key).set()
+            raise
+        size = sum(len(c) for c in chunks)
+        with self._lock:
+            if size <= self.budget:
+                self._done[key] = chunks
+                self._size += size
+                while self._size > self.budget:
+                    _, old = self._done.popitem(last=False)
+                    self._size -= sum(len(c) for c in old)
+            self._pending.pop(key).set()
+        return chunks
+
+
+_shared_events = _SharedEvents()
+
+
+def _shared_thread_event(thread_id: str, event: dict[str, Any], modes: list[str]) -> list[bytes]:
+    if event.get("type") != "checkpoint.written":
+        return _thread_event(thread_id, event, modes)
+    key = (thread_id, str(event.get("checkpoint_id")), tuple(modes))
+    return _shared_events.get(key, lambda: _thread_event(thread_id, event, modes))
 
 
 def _thread_event(thread_id: str, event: dict[str, Any], modes: list[str]) -> list[bytes]:

@@ -582,7 +582,7 @@ def measure(
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from api.models import ApiToken
+    from criogen.storage.models import ApiToken
 
     _install_recorder()
 

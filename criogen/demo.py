@@ -74,7 +74,7 @@ def ensure_operator() -> tuple[Any, dict[str, str]]:
     The password and API token are made once and kept in ``var/demo-credentials.json``
     (the database keeps only hashes), so every later ``make demo`` can show them again.
     """
-    from api.models import ApiToken
+    from criogen.storage.models import ApiToken
 
     saved = _read_credentials()
     users = get_user_model()

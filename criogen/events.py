@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -213,6 +214,21 @@ def run_changed(*, run_id: Any, thread_id: str | None, status: str) -> None:
         send(thread_group(thread_id), event)
 
 
+MAX_EVENT_UPDATES_BYTES = 64 * 1024
+"""A step's updates larger than this (as JSON) are left out of its live event: the
+channel layer copies an event once per subscriber, and a stream rebuilds the updates
+from the stored checkpoint instead."""
+
+
+def _small(updates: dict[str, Any]) -> dict[str, Any] | None:
+    """``updates`` if they are small enough to travel in an event, else None."""
+    try:
+        size = len(json.dumps(updates, default=str))
+    except (TypeError, ValueError):
+        return None
+    return updates if size <= MAX_EVENT_UPDATES_BYTES else None
+
+
 def checkpoint_written(writes: Sequence[CheckpointWrite]) -> None:
     """The storage listener: one ``checkpoint.written`` event per committed checkpoint."""
     for write in writes:
@@ -225,7 +241,7 @@ def checkpoint_written(writes: Sequence[CheckpointWrite]) -> None:
             "version": cp.version,
             "status": cp.status,
             "source": cp.source,
-            "updates": write.updates or {},
+            "updates": _small(write.updates or {}),
         }
         send(thread_group(cp.thread_id), event)
         before = _previous_status(cp.thread_id, cp.parent_id)

@@ -255,6 +255,10 @@ CRIOGEN_AUDIT = envbool("CRIOGEN_AUDIT", True)
 # assistants whose metadata names no "deciders": ["owners"] (the thread's owner),
 # ["group:NAME", …] (members of a Django group). Default: operators only.
 CRIOGEN_DECIDERS = envjson("CRIOGEN_DECIDERS", {})
+# Live thread streams (GET /threads/{id}/stream) one server process keeps open per user
+# and per thread; more are a 429 too_many_streams (0: no limit).
+CRIOGEN_STREAMS_PER_USER = envint("CRIOGEN_STREAMS_PER_USER", 20)
+CRIOGEN_STREAMS_PER_THREAD = envint("CRIOGEN_STREAMS_PER_THREAD", 20)
 CRIOGEN_ENCRYPTION_KEY = envstr("CRIOGEN_ENCRYPTION_KEY")
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_RESULT_BACKEND = None  # run outcomes live in the Run table, not in Celery
@@ -357,7 +361,7 @@ CRIOGEN_OUTBOUND_QUEUE = envint("CRIOGEN_OUTBOUND_QUEUE", 1000)
 # How often the in-process timer fires due crons (seconds); Celery beat does it too.
 CRIOGEN_CRON_TICK_SECONDS = envint("CRIOGEN_CRON_TICK_SECONDS", 10)
 CELERY_BEAT_SCHEDULE["criogen-fire-crons"] = {
-    "task": "api.tasks.fire_crons_task",
+    "task": "criogen.tasks.fire_crons_task",
     "schedule": float(CRIOGEN_CRON_TICK_SECONDS),
 }
 # CORS for browser apps on other origins (api/cors.py, docs/deployment.md): a comma

@@ -53,6 +53,25 @@ def fire_deadlines_task() -> dict[str, int]:
     return fire_deadlines()
 
 
+@shared_task(name="criogen.tasks.fire_crons_task", ignore_result=True)
+def fire_crons_task() -> list[str]:
+    """Create the runs of every due cron (Celery beat runs this every few seconds)."""
+    from criogen.services.crons import fire_due_crons
+
+    return fire_due_crons()
+
+
+# The task's name from when crons lived in the api app: a Celery beat still running
+# with an older schedule (or messages already queued) sends this name, so workers
+# keep accepting it. The claim on each cron's tick makes both names safe at once.
+@shared_task(name="api.tasks.fire_crons_task", ignore_result=True)
+def fire_crons_legacy_task() -> list[str]:
+    """``api.tasks.fire_crons_task``, the old name of :func:`fire_crons_task`."""
+    from criogen.services.crons import fire_due_crons
+
+    return fire_due_crons()
+
+
 @shared_task(name="criogen.tasks.deliver_outbound_task", ignore_result=True)
 def deliver_outbound_task(call: dict[str, Any]) -> None:
     """One attempt of an outbound call (a webhook or an e-mail, see

@@ -4,22 +4,24 @@ see all); another user's cron is a 404."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any, Literal
 
 from django.db.models import F
 from django.db.models.fields.json import KeyTransform
 from django.http import HttpRequest
-from django.utils import timezone
 from ninja import Router, Schema
 from pydantic import Field
 
-from api import crons, threads
+from api import threads
 from api.auth import Principal, principal
-from api.models import Cron
+from api.errors import NotFound
 from api.schemas import MAX_OFFSET, ErrorOut, In, JsonObject, StreamModeName
 from criogen.engine.errors import InvalidArgument
 from criogen.outbound import check_webhook_url
+from criogen.services import crons
+from criogen.storage.models import Cron
 
 thread_router = Router(tags=["crons"])
 router = Router(tags=["crons"])
@@ -116,6 +118,38 @@ class CronOut(Schema):
     enabled: bool
 
 
+def cron_out(cron: Cron) -> dict[str, Any]:
+    """A cron as the SDK's ``Cron``."""
+    return {
+        "cron_id": str(cron.cron_id),
+        "assistant_id": cron.assistant_id,
+        "thread_id": cron.thread_id,
+        "on_run_completed": cron.on_run_completed if cron.thread_id is None else None,
+        "end_time": cron.end_time,
+        "schedule": cron.schedule,
+        "timezone": cron.timezone,
+        "created_at": cron.created_at,
+        "updated_at": cron.updated_at,
+        "payload": cron.payload or {},
+        "user_id": str(cron.user_id) if cron.user_id is not None else None,
+        "next_run_date": cron.next_run_date,
+        "metadata": cron.metadata or {},
+        "enabled": cron.enabled,
+    }
+
+
+def load_cron(who: Principal, cron_id: str) -> Cron:
+    """The caller's cron (operators: any), else 404."""
+    try:
+        key = uuid.UUID(str(cron_id))
+    except ValueError:
+        raise NotFound(f"no cron {cron_id!r}.", field="cron_id") from None
+    cron = who.scope(Cron.objects.all(), "user").filter(pk=key).first()
+    if cron is None:
+        raise NotFound(f"no cron {cron_id!r}.", field="cron_id")
+    return cron
+
+
 def _refuse_unsupported(payload: CronFieldsIn) -> None:
     for name in ("interrupt_before", "interrupt_after"):
         if getattr(payload, name):
@@ -133,33 +167,30 @@ def _payload(payload: CronFieldsIn, durability: str | None) -> dict[str, Any]:
 
 
 def _create(who: Principal, thread_id: str | None, payload: CronCreateIn) -> dict[str, Any]:
-    from criogen.services.assistants import resolve_assistant
     from criogen.services.runs import resolve_durability
 
     _refuse_unsupported(payload)
     check_webhook_url(payload.webhook)
-    schedule = crons.check_schedule(payload.schedule)
-    tz = crons.check_timezone(payload.timezone)
+    crons.check_schedule(payload.schedule)
+    crons.check_timezone(payload.timezone)
     if thread_id is not None:
         threads.load_thread(who, thread_id)
-    assistant = resolve_assistant(assistant_id=payload.assistant_id)
     # Resolved once, by the rule runs use: durability wins, checkpoint_during is the
     # deprecated form; every fired run gets the result.
     mode = resolve_durability(payload.durability, payload.checkpoint_during)
-    cron = Cron.objects.create(
-        assistant_id=str(assistant.assistant_id),
+    cron = crons.create_cron(
+        assistant_id=payload.assistant_id,
         thread_id=thread_id,
-        schedule=schedule,
-        timezone=tz,
+        schedule=payload.schedule,
+        timezone=payload.timezone,
         payload=_payload(payload, mode),
-        metadata=payload.metadata or {},
-        on_run_completed=payload.on_run_completed or "delete",
+        metadata=payload.metadata,
+        on_run_completed=payload.on_run_completed,
         end_time=payload.end_time,
-        enabled=True if payload.enabled is None else payload.enabled,
-        next_run_date=crons.next_tick(schedule, tz),
-        user=who.user,
+        enabled=payload.enabled,
+        owner=who.user,
     )
-    return crons.cron_out(cron)
+    return cron_out(cron)
 
 
 @thread_router.post(
@@ -215,7 +246,7 @@ def search_crons(request: HttpRequest, payload: CronSearchIn) -> list[dict[str, 
     )
     descending = (payload.sort_order or "desc") == "desc"
     qs = qs.order_by(F(field).desc(nulls_last=True) if descending else F(field).asc(), "pk")
-    return [crons.cron_out(c) for c in qs[payload.offset : payload.offset + payload.limit]]
+    return [cron_out(c) for c in qs[payload.offset : payload.offset + payload.limit]]
 
 
 @router.post(
@@ -241,29 +272,21 @@ def patch_cron(request: HttpRequest, cron_id: str, payload: CronPatchIn) -> dict
     """Replace the given fields; a new schedule or time zone moves the next run."""
     from criogen.services.runs import resolve_durability
 
-    cron = crons.load_cron(principal(request), cron_id)
+    cron = load_cron(principal(request), cron_id)
     _refuse_unsupported(payload)
     check_webhook_url(payload.webhook)
     data = payload.model_dump(exclude_unset=True)
-    if "schedule" in data:
-        cron.schedule = crons.check_schedule(payload.schedule)
-    if "timezone" in data:
-        cron.timezone = crons.check_timezone(payload.timezone)
+    given = {name: data[name] for name in ("schedule", "timezone", "end_time") if name in data}
     mode = resolve_durability(payload.durability) if payload.durability else None
-    cron.payload = {**(cron.payload or {}), **_payload(payload, mode)}
-    if payload.metadata is not None:
-        cron.metadata = payload.metadata
-    if "end_time" in data:
-        cron.end_time = payload.end_time
-    if payload.enabled is not None:
-        cron.enabled = payload.enabled
-    if payload.on_run_completed is not None:
-        cron.on_run_completed = payload.on_run_completed
-    if {"schedule", "timezone", "enabled"} & set(data):
-        cron.next_run_date = crons.next_tick(cron.schedule, cron.timezone)
-    cron.updated_at = timezone.now()
-    cron.save()
-    return crons.cron_out(cron)
+    cron = crons.update_cron(
+        cron=cron,
+        payload=_payload(payload, mode),
+        metadata=payload.metadata,
+        enabled=payload.enabled,
+        on_run_completed=payload.on_run_completed,
+        **given,
+    )
+    return cron_out(cron)
 
 
 @router.delete(
@@ -274,5 +297,5 @@ def patch_cron(request: HttpRequest, cron_id: str, payload: CronPatchIn) -> dict
 )
 def delete_cron(request: HttpRequest, cron_id: str) -> tuple[int, None]:
     """Delete the cron (runs it started stay)."""
-    crons.load_cron(principal(request), cron_id).delete()
+    crons.delete_cron(cron=load_cron(principal(request), cron_id))
     return 204, None

@@ -410,7 +410,7 @@ async def join_run_stream(
 
 @thread_router.get(
     "/{thread_id}/stream",
-    response={404: ErrorOut, 422: ErrorOut},
+    response={404: ErrorOut, 422: ErrorOut, 429: ErrorOut},
     openapi_extra={"responses": SSE_RESPONSE},
     operation_id="join_thread_stream",
     summary="Follow a thread live",
@@ -430,7 +430,15 @@ async def join_thread_stream(
                 f"stream_mode has {mode!r}; use run_modes, lifecycle or state_update.",
                 field="stream_mode",
             )
-    return _sse_response(api_runs.thread_stream(thread_id=thread_id, modes=modes))
+    who = principal(request)
+    user = who.user_id if who.user is not None else "local"
+    release = api_runs.stream_slots.take(user, thread_id)  # 429 too_many_streams
+    response = _sse_response(
+        api_runs.thread_stream(thread_id=thread_id, modes=modes, release=release)
+    )
+    # Also when the client leaves before the stream starts (the generator never runs).
+    response._resource_closers.append(release)
+    return response
 
 
 # -- stateless runs ----------------------------------------------------------------------------

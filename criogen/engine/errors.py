@@ -20,6 +20,7 @@ public import path; the modules that raise an error also re-export it (e.g.
     │   └── StaleHead              stale_head
     ├── NotAllowedToDecide         not_allowed_to_decide
     ├── StateTooLarge              state_too_large
+    ├── TooManyStreams             too_many_streams
     ├── CheckpointNotFound         checkpoint_not_found
     ├── RunNotFound                run_not_found
     ├── GraphNotFound              graph_not_found
@@ -84,6 +85,7 @@ __all__ = [
     "StaleDecision",
     "StaleHead",
     "StateTooLarge",
+    "TooManyStreams",
     "StorageError",
     "ThreadBusy",
     "ThreadError",
@@ -210,6 +212,14 @@ class StateTooLarge(CriogenError):
     ``size`` it would have had and the ``limit`` (413 over HTTP)."""
 
     code = "state_too_large"
+
+
+class TooManyStreams(CriogenError):
+    """A user, or a thread, already has as many live streams open on this server
+    process as ``CRIOGEN_STREAMS_PER_USER`` / ``CRIOGEN_STREAMS_PER_THREAD`` allow
+    (429 over HTTP); close one first."""
+
+    code = "too_many_streams"
 
 
 class CheckpointNotFound(CriogenError):

@@ -26,8 +26,13 @@ class StorageConfig(AppConfig):
                 # Recover runs a previous server process left behind, without waiting
                 # for the first new run to start the in-process timer.
                 from criogen.runner import start_background
+                from criogen.services.crons import start_timer
 
                 start_background()
+                # Crons fire from the in-process timer of each server process (claims
+                # make several processes safe), or from Celery beat when
+                # CRIOGEN_RUNNER="celery".
+                start_timer()
 
 
 def _is_server() -> bool:

@@ -13,8 +13,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
-from api.models import DEFAULT_EXPIRY
-from api.tokens import issue_token, revoke_token, tokens_of
+from criogen.services.tokens import DEFAULT_EXPIRY, issue_token, revoke_token, tokens_of
 from dashboard.forms import FormError
 from dashboard.views.common import HtmxHttpRequest, base_context
 

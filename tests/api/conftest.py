@@ -33,7 +33,7 @@ _SETUP = """
 import json
 from django.core.management import call_command
 from django.contrib.auth import get_user_model
-from api.models import ApiToken
+from criogen.storage.models import ApiToken
 call_command("migrate", interactive=False, verbosity=0, skip_checks=True)
 User = get_user_model()
 tokens = {}

@@ -136,7 +136,7 @@ _PEOPLE = """
 import json, uuid
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
-from api.models import ApiToken
+from criogen.storage.models import ApiToken
 User = get_user_model()
 operate = Permission.objects.get(content_type__app_label="criogen", codename="operate")
 suffix = uuid.uuid4().hex[:8]
@@ -205,7 +205,7 @@ def test_a_token_records_when_it_was_last_used(either_server: Server) -> None:
         srv.env,
         "shell",
         "-c",
-        "from api.models import ApiToken; "
+        "from criogen.storage.models import ApiToken; "
         f"t = ApiToken.objects.get(token_hash='{digest}'); "
         "print('USED=' + str(t.last_used is not None and t.last_used.tzinfo is not None))",
     )
@@ -219,7 +219,7 @@ import json, uuid
 from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.utils import timezone
-from api.models import ApiToken
+from criogen.storage.models import ApiToken
 user = get_user_model().objects.create(username="exp-" + uuid.uuid4().hex[:8])
 now = timezone.now()
 print("TOKENS=" + json.dumps({
@@ -260,7 +260,7 @@ def _expires_at(server: Server, token: str) -> str:
             server.env,
             "shell",
             "-c",
-            "from api.models import ApiToken; "
+            "from criogen.storage.models import ApiToken; "
             f"t = ApiToken.objects.get(token_hash='{digest}'); "
             "print('EXPIRES=' + (t.expires_at.isoformat() if t.expires_at else 'never'))",
         )

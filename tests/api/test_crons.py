@@ -150,7 +150,7 @@ def _new_user(server: Server) -> tuple[str, str]:
         server.env,
         "shell",
         "-c",
-        "from django.contrib.auth import get_user_model; from api.models import ApiToken; "
+        "from django.contrib.auth import get_user_model; from criogen.storage.models import ApiToken; "
         f"u = get_user_model().objects.create(username='{name}'); "
         "print('TOKEN=' + ApiToken.issue(u)[1])",
     )
@@ -205,3 +205,31 @@ def test_a_deactivated_users_cron_stops_firing(server: Server) -> None:
         assert len(runs()) == 1
     skipped = f"cron {cron_id} skipped: its owner '{name}' is deactivated"
     _wait_for(lambda: skipped in server.log.read_text(), "the skip in the server's log")
+
+
+def test_a_stateless_cron_deletes_its_runs_thread_through_the_audited_verb(
+    server: Server,
+) -> None:
+    """The cron is the actor (``cron:<id>``, door ``cron``) of the delete it causes,
+    as a user is of theirs: the thread goes through the one delete verb."""
+    with server.http() as http:
+        created = http.post(
+            "/runs/crons",
+            json={"assistant_id": "steps", "schedule": "0 3 * * *", "input": {"n": 0}},
+        )
+        assert created.status_code == 200, created.text
+        cron_id = created.json()["cron_id"]
+        _make_due(server, cron_id)
+        path = server.database_url.removeprefix("sqlite://")
+
+        def deleted() -> list[tuple[str, str]]:
+            with sqlite3.connect(path, timeout=30) as db:
+                return db.execute(
+                    "SELECT door, thread_id FROM criogen_audit_event"
+                    " WHERE action = 'delete' AND actor = ?",
+                    (f"cron:{cron_id}",),
+                ).fetchall()
+
+        ((door, thread_id),) = _wait_for(deleted, "the audited delete of the run's thread")
+        assert door == "cron"
+        assert http.get(f"/threads/{thread_id}").status_code == 404

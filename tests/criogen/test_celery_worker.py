@@ -75,7 +75,7 @@ class Cluster:
                     "info",
                 ],
                 cwd=ROOT,
-                env={**self.env, "CRIOGEN_REAP_SECONDS": "1"},
+                env={**self.env, "CRIOGEN_REAP_SECONDS": "1", "CRIOGEN_CRON_TICK_SECONDS": "1"},
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -305,3 +305,52 @@ def test_webhooks_are_sent_and_retried_by_celery_tasks(cluster: Cluster) -> None
     assert [r.outcome for r in rows.filter(run_id=refused_id)] == ["refused"]
     logs = "".join(p.read_text(errors="replace") for p in cluster.logs.glob("w*.log"))
     assert "criogen.tasks.deliver_outbound_task" in logs
+
+
+def test_crons_fire_on_workers_from_beat_and_by_the_tasks_former_name(cluster: Cluster) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from criogen.storage.models import Cron, Run
+
+    thread_id = f"cron-{uuid.uuid4().hex[:8]}"
+    first = cluster.create_run(thread_id, input={"n": 0})
+    cluster.wait("the thread's first run", lambda: cluster.run(first).status == "success")
+    cron_id = cluster.manage(
+        "shell",
+        code=(
+            "from criogen.services.crons import create_cron\n"
+            f"cron = create_cron(assistant_id='steps', thread_id={thread_id!r}, "
+            "schedule='0 3 * * *', payload={'input': {'n': 0}})\n"
+            "print(cron.pk)"
+        ),
+    )
+    cron = Cron.objects.using(cluster.alias).filter(pk=cron_id)
+    runs = Run.objects.using(cluster.alias).filter(thread_id=thread_id)
+
+    def make_due() -> None:
+        cron.update(next_run_date=timezone.now() - timedelta(seconds=5))
+
+    # A beat started before the task moved still sends its former name.
+    make_due()
+    cluster.manage(
+        "shell",
+        code="from criogen.celery import app\napp.send_task('api.tasks.fire_crons_task')\nprint(1)",
+    )
+    cluster.wait("the run fired by the former task name", lambda: runs.count() == 2)
+    # Today's beat schedule sends criogen.tasks.fire_crons_task.
+    make_due()
+    beat = cluster.start_beat()
+    try:
+        cluster.wait("the run fired by beat", lambda: runs.count() == 3)
+    finally:
+        beat.terminate()
+        beat.wait(10)
+    cluster.wait("the runs to end", lambda: all(r.status == "success" for r in runs))
+    fired = runs.exclude(pk=first)
+    assert [r.metadata["cron_id"] for r in fired] == [cron_id, cron_id]
+    assert cron.get().next_run_date > timezone.now()
+    logs = "".join(p.read_text(errors="replace") for p in cluster.logs.glob("w*.log"))
+    assert "api.tasks.fire_crons_task" in logs
+    assert "criogen.tasks.fire_crons_task" in logs

@@ -28,6 +28,7 @@ CODES = {
     "StaleHead": "stale_head",
     "NotAllowedToDecide": "not_allowed_to_decide",
     "StateTooLarge": "state_too_large",
+    "TooManyStreams": "too_many_streams",
     "CheckpointNotFound": "checkpoint_not_found",
     "RunNotFound": "run_not_found",
     "GraphNotFound": "graph_not_found",

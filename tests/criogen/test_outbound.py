@@ -437,8 +437,8 @@ def test_the_reminder_email_is_sent_and_recorded_off_the_callers_thread(settings
 def test_a_crons_run_webhook_goes_through_the_sender_as_a_cron_call(
     settings: Any, listener: Listener
 ) -> None:
-    from api.crons import fire_due_crons
-    from api.models import Cron
+    from criogen.services.crons import fire_due_crons
+    from criogen.storage.models import Cron
 
     settings.CRIOGEN_OUTBOUND_ALLOW = []
     cron = Cron.objects.create(
@@ -461,8 +461,8 @@ def test_a_crons_run_webhook_goes_through_the_sender_as_a_cron_call(
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("inprocess_runner")
 def test_a_cron_stored_with_a_malformed_webhook_still_starts_its_runs() -> None:
-    from api.crons import fire_due_crons
-    from api.models import Cron
+    from criogen.services.crons import fire_due_crons
+    from criogen.storage.models import Cron
 
     Cron.objects.create(
         assistant_id="steps",

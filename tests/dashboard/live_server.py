@@ -38,7 +38,7 @@ _SETUP = """
 import json
 PASSWORD = "correct horse battery staple"
 from django.contrib.auth.models import Permission, User
-from api.models import ApiToken
+from criogen.storage.models import ApiToken
 operate = Permission.objects.get(codename="operate", content_type__app_label="criogen")
 tokens = {}
 for name, role in (("olga", "operator"), ("oscar", "operator"), ("vera", "viewer")):

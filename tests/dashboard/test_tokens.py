@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from api.auth import _from_token
-from api.models import ApiToken
+from criogen.storage.models import ApiToken
 from tests.dashboard.conftest import client_for
 
 pytestmark = pytest.mark.django_db

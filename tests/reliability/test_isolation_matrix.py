@@ -548,6 +548,14 @@ def _tokens(bob: httpx.Client, olga: httpx.Client, path: str, world: World) -> i
     return 1 + len(theirs)
 
 
+def _public_icon(bob: httpx.Client, olga: httpx.Client, path: str, world: World) -> int:
+    """The favicon is the same static file for everyone: it names nobody's data."""
+    response = bob.get(path)
+    assert response.status_code in (301, 302), response.status_code
+    assert "/static/" in response.headers["location"]
+    return 1
+
+
 DASHBOARD_CASES: dict[str, Callable[[httpx.Client, httpx.Client, str, World], int]] = {
     "home": _home,
     "inbox": _list_page,
@@ -559,7 +567,10 @@ DASHBOARD_CASES: dict[str, Callable[[httpx.Client, httpx.Client, str, World], in
     "thread_act": _act,
     "inbox_bulk": _bulk,
     "tokens": _tokens,
+    "favicon": _public_icon,
 }
+PUBLIC_ROUTES = {"favicon"}
+"""Dashboard routes anyone may fetch: static files that hold no one's data."""
 
 
 def test_dashboard_every_page_is_isolated(
@@ -590,6 +601,10 @@ def test_dashboard_anonymous_gets_the_sign_in_page_everywhere(
         for name, route in sorted(dashboard_routes().items()):
             path = dashboard_url(route, world)
             response = anonymous.get(path)
+            if name in PUBLIC_ROUTES:
+                assert "/static/" in response.headers["location"], name
+                figures.isolation_checks_passed += 1
+                continue
             if response.status_code == 405:  # a form endpoint: POST only
                 response = post_form(anonymous, path, {"approve": ""})
             if name == "home":  # /ui/ redirects to the inbox, which asks to sign in

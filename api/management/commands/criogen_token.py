@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from api.models import DEFAULT_EXPIRY, ApiToken
+from criogen.storage.models.tokens import DEFAULT_EXPIRY, ApiToken
 
 
 class Command(BaseCommand):

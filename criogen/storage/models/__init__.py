@@ -4,14 +4,18 @@ Django finds its models."""
 from __future__ import annotations
 
 from criogen.storage.models.agents import AuditEvent, Decision, Document, Effect, MemoryFact
+from criogen.storage.models.crons import Cron
 from criogen.storage.models.outbound import OutboundAttempt
 from criogen.storage.models.runs import Assistant, DeadlineFiring, Run
 from criogen.storage.models.threads import Checkpoint, Thread, Value
+from criogen.storage.models.tokens import ApiToken
 
 __all__ = [
+    "ApiToken",
     "Assistant",
     "AuditEvent",
     "Checkpoint",
+    "Cron",
     "DeadlineFiring",
     "Decision",
     "Document",

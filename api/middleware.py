@@ -305,6 +305,9 @@ BROWSER_ONLY = frozenset(
         "django.middleware.csrf.CsrfViewMiddleware",
         "django.contrib.auth.middleware.AuthenticationMiddleware",
         "django.contrib.messages.middleware.MessageMiddleware",
+        # Pages only; classic (sync) middleware would cost every API request a thread hop.
+        "dashboard.middleware.HtmxLoginRedirectMiddleware",
+        "dashboard.middleware.NulCharacterPageMiddleware",
     }
 )
 

@@ -18,6 +18,15 @@ import pytest
 from criogen import Storage
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+try:
+    from playwright.sync_api import expect as _expect
+except ImportError:  # pragma: no cover - playwright is a dev dependency
+    pass
+else:
+    # Browser assertions wait for what they expect; 5 s (Playwright's default) is too
+    # short on a loaded 2-core machine running servers, Chromium and the suite at once.
+    _expect.set_options(timeout=15_000)
 PG_HOST = os.environ.get("CRIOGEN_TEST_PG_HOST", "127.0.0.1")
 PG_ADMIN_URL = f"postgres://postgres@{PG_HOST}:5432/test"
 START_POSTGRES = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"

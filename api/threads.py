@@ -31,6 +31,7 @@ from criogen import selectors
 from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.checkpoints import check_thread_id as engine_check_thread_id
 from criogen.engine.errors import CheckpointNotFound, InvalidArgument, ThreadNotFound
+from criogen.engine.state import encode
 from criogen.services import threads as services
 
 if TYPE_CHECKING:
@@ -403,21 +404,34 @@ def history(
         newest = _version_of(thread_id, check_checkpoint_id(at, field)) + 1
         version = newest if version is None else min(version, newest)
     store = storage()
-    if not metadata:
-        cps = store.history(thread_id, limit=limit, before=version)
-        return [state_out(thread_id, cp, select=select) for cp in cps]
+    budget = int(getattr(settings, "CRIOGEN_MAX_HISTORY_BYTES", 32 * 1024 * 1024))
     out: list[dict[str, Any]] = []
+    spent = 0
+    batch = min(limit, 10)
     while len(out) < limit:
-        page = store.history(thread_id, limit=100, before=version)
+        page = store.history(thread_id, limit=batch if not metadata else 100, before=version)
         if not page:
             break
         for cp in page:
-            state = state_out(thread_id, cp)
-            if _metadata_match(state, metadata):
-                out.append(_select(state, select))
-                if len(out) >= limit:
-                    break
+            state = state_out(thread_id, cp, select=None if metadata else select)
+            if metadata and not _metadata_match(state, metadata):
+                continue
+            # Bounded in bytes as well as in count: past the budget the page ends early
+            # (always with at least one state) and the client pages on with ``before``.
+            size = len(encode(cp.state)) if budget else 0
+            if out and budget and spent + size > budget:
+                return out
+            spent += size
+            out.append(_select(state, select) if metadata else state)
+            if len(out) >= limit:
+                break
         version = page[-1].version
+        if len(page) < (batch if not metadata else 100):
+            break
+        # Size the next batch by what the states weigh, so large states are read a few
+        # at a time instead of a thousand at once.
+        average = max(1, spent // max(1, len(out)))
+        batch = max(1, min(limit - len(out), 100, (budget - spent) // average if budget else 100))
     return out
 
 

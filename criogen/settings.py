@@ -258,6 +258,8 @@ CRIOGEN_DECIDERS = envjson("CRIOGEN_DECIDERS", {})
 # Live thread streams (GET /threads/{id}/stream) one server process keeps open per user
 # and per thread; more are a 429 too_many_streams (0: no limit).
 CRIOGEN_STREAMS_PER_USER = envint("CRIOGEN_STREAMS_PER_USER", 20)
+# A history page ends early once its states weigh this much (as JSON); 0: no limit.
+CRIOGEN_MAX_HISTORY_BYTES = envint("CRIOGEN_MAX_HISTORY_BYTES", 32 * 1024 * 1024)
 CRIOGEN_STREAMS_PER_THREAD = envint("CRIOGEN_STREAMS_PER_THREAD", 20)
 CRIOGEN_ENCRYPTION_KEY = envstr("CRIOGEN_ENCRYPTION_KEY")
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")

@@ -44,9 +44,7 @@ def test_a_history_page_stops_at_the_byte_budget_and_pages_on(
     assert seen == list(range(max(seen), 0, -1))  # every state, once, in order
 
 
-def test_one_state_larger_than_the_budget_still_comes_back(
-    big_thread: str, settings: Any
-) -> None:
+def test_one_state_larger_than_the_budget_still_comes_back(big_thread: str, settings: Any) -> None:
     settings.CRIOGEN_MAX_HISTORY_BYTES = 1_000
     (only,) = threads.history(LOCAL, big_thread, limit=1000)
     assert only["metadata"]["version"] == registry.storage().head(big_thread).version

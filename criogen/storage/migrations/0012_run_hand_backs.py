@@ -16,6 +16,7 @@ class Migration(migrations.Migration):
             name="hand_backs",
             field=models.PositiveIntegerField(
                 default=0,
+                db_default=0,
                 help_text="times a worker gave it back after losing its database connection, its thread's lease or a write (re-claims after a crash and shutdowns do not count)",
             ),
         ),

@@ -156,6 +156,7 @@ class Run(models.Model):
     attempts = models.PositiveIntegerField(default=0, help_text="times a worker claimed it")
     hand_backs = models.PositiveIntegerField(
         default=0,
+        db_default=0,  # rows inserted with SQL (the scale bench's seeder) get 0 too
         help_text="times a worker gave it back after losing its database connection, its "
         "thread's lease or a write (re-claims after a crash and shutdowns do not count)",
     )

@@ -67,7 +67,7 @@ def test_the_server_default_durability_comes_from_settings(settings: Any) -> Non
         ({"input": [1, 2]}, "input"),
         ({"input": {"x": float("nan")}}, "input"),
         ({"command": {"goto": "a"}}, "command"),
-        ({"command": {"resume": 1, "update": {"x": 1}}}, "command.update"),
+        ({"command": {"resume": 1, "update": [1, 2]}}, "command.update"),
         ({"checkpoint_id": "not-a-uuid"}, "checkpoint_id"),
         ({"checkpoint": {"checkpoint_id": "nope"}}, "checkpoint.checkpoint_id"),
         ({"metadata": "x"}, "metadata"),

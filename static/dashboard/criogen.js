@@ -23,7 +23,12 @@
   };
   document.addEventListener("htmx:wsClose", function (ev) {
     var code = ev.detail && ev.detail.event ? ev.detail.event.code : 0;
-    if (!ENDED[code]) { live(false, "reconnecting…"); return; }
+    if (!ENDED[code]) {
+      // A page has several sockets: once one of them was ended for good (signed out),
+      // another closing after it must not turn the notice back into "reconnecting".
+      if (document.body.dataset.live !== "ended") live(false, "reconnecting…");
+      return;
+    }
     live(false, "");
     document.body.dataset.live = "ended";
     document.body.dataset.liveClosed = String(code);

@@ -14,7 +14,9 @@ import pytest
 
 from tests.api.conftest import Server, _manage
 
-PASSWORD = "audit-page-Pa55word"
+# The dashboard servers' own password for olga: they share the session's PostgreSQL
+# database with this test's server, and a different password would sign them out.
+from tests.dashboard.live_server import PASSWORD  # noqa: E402
 
 
 def _events(server: Server, thread_id: str) -> list[dict[str, Any]]:

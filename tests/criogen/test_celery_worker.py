@@ -1,7 +1,7 @@
 """The runner on real Celery worker processes (Redis broker, PostgreSQL database).
 
 Each test starts two ``celery -A criogen worker --pool threads`` subprocesses on a
-queue of its own (Redis DB 9) against the session's fresh PostgreSQL database, creates
+queue of its own (Redis DB 9) against a PostgreSQL database of this module's own, creates
 runs through ``create_run`` in a ``manage.py shell`` subprocess (CRIOGEN_RUNNER=celery),
 and crashes or stops the worker that holds the run.
 """
@@ -135,8 +135,32 @@ class Cluster:
         return f"{message}\n{logs}"
 
 
+@pytest.fixture(scope="module")
+def cluster_database(postgres_url: str) -> Iterator[str]:
+    """A database of this module's own.
+
+    The session's database is shared with the live API servers of other modules, whose
+    in-process cron timers would fire this module's due crons (and run them) before the
+    Celery beat under test could.
+    """
+    import psycopg
+
+    admin = postgres_url.rsplit("/", 1)[0].replace("postgres://", "postgresql://") + "/test"
+    name = f"criogen_celery_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield postgres_url.rsplit("/", 1)[0] + "/" + name
+    from django.db import connections
+
+    for alias in list(connections.settings):
+        if connections.settings[alias].get("NAME") == name:
+            connections[alias].close()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
-def cluster(postgres_url: str, tmp_path: Path, django_db_blocker: Any) -> Iterator[Cluster]:
+def cluster(cluster_database: str, tmp_path: Path, django_db_blocker: Any) -> Iterator[Cluster]:
     """Two workers on a fresh queue; the test process reads the runs' database."""
     need_service(
         "Redis", redis_available(), "redis-server --daemonize yes --bind 127.0.0.1 --port 6379"
@@ -146,7 +170,7 @@ def cluster(postgres_url: str, tmp_path: Path, django_db_blocker: Any) -> Iterat
     queue = f"criogen-test-{uuid.uuid4().hex[:12]}"
     env = {
         **os.environ,
-        "DATABASE_URL": postgres_url,
+        "DATABASE_URL": cluster_database,
         "CELERY_BROKER_URL": BROKER,
         "CELERY_TASK_DEFAULT_QUEUE": queue,
         "CRIOGEN_RUNNER": "celery",
@@ -158,7 +182,7 @@ def cluster(postgres_url: str, tmp_path: Path, django_db_blocker: Any) -> Iterat
         "PYTHONUNBUFFERED": "1",
     }
     with django_db_blocker.unblock():
-        alias = database_alias(postgres_url)  # migrates the database once
+        alias = database_alias(cluster_database)  # migrates the database once
         found = Cluster(env, alias, queue, tmp_path, {})
         try:
             found.start_worker("w1")

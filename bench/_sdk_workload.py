@@ -269,6 +269,7 @@ class Prepared:
     mark: str
     search_threads: int
     thread_ids: list[str] = field(default_factory=list)
+    seed_seconds: float = 0.0
 
     @property
     def search_offset(self) -> int:
@@ -292,8 +293,11 @@ async def prepare(
         checkpoints = len(await sdk.threads.get_history(tid, limit=1000))
     finally:
         await sdk.aclose()
+    began = time.perf_counter()
     seeded = target.seed_threads(search_threads)
-    return Prepared(tid, checkpoints, seeded.mark, search_threads, seeded.thread_ids)
+    seconds = round(time.perf_counter() - began, 1)
+    log(f"{target.name}: {len(seeded.thread_ids)} threads seeded in {seconds} s")
+    return Prepared(tid, checkpoints, seeded.mark, search_threads, seeded.thread_ids, seconds)
 
 
 SEARCH_OFFSET = 5_000

@@ -451,7 +451,8 @@ async def compare(
                     target, prepared[target.name], metric, args.samples
                 )
             elif kind == "deletes":
-                ids = prepared[target.name].thread_ids[round_ :: args.rounds]
+                limit = getattr(args, "delete_threads", None)
+                ids = prepared[target.name].thread_ids[:limit][round_ :: args.rounds]
                 cell = await workload.delete_cell(target, int(clients), ids)
             else:
                 cell = await workload.throughput_cell(target, kind, int(clients), args.seconds)
@@ -482,6 +483,7 @@ async def compare(
         done = prepared[target.name]
         side["history_checkpoints"] = done.history_checkpoints
         side["search_threads"] = done.search_threads
+        side["seed_seconds"] = done.seed_seconds
         side["deep_page_offset"] = done.search_offset
         out[target.name] = side
     return out
@@ -590,6 +592,12 @@ def main() -> None:
     parser.add_argument("--search-threads", type=int, default=10_000)
     parser.add_argument("--history-checkpoints", type=int, default=workload.HISTORY_CHECKPOINTS)
     parser.add_argument(
+        "--delete-threads",
+        type=int,
+        default=None,
+        help="how many of the seeded threads the deletes cell deletes (default: all)",
+    )
+    parser.add_argument(
         "--aegra-env",
         action="append",
         default=[],
@@ -689,7 +697,8 @@ def main() -> None:
             "search_threads": args.search_threads,
             "search_shapes": list(workload.SEARCH_SHAPES),
             "history_checkpoints": args.history_checkpoints,
-            "deletes": "the seeded threads, each round its share, by 16 clients",
+            "deletes": f"{args.delete_threads or args.search_threads} of the seeded threads,"
+            " each round its share, by 16 clients",
             "order": "per cell: criogen, aegra, langgraph, repeated --rounds times",
         },
         "servers": {

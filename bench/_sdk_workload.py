@@ -189,10 +189,15 @@ async def run_create_join(sdk: Any) -> float:
 
 
 async def throughput(
-    target: Target, clients: int, seconds: float, op: Callable[[Any], Awaitable[float]]
+    target: Target,
+    clients: int,
+    seconds: float,
+    op: Callable[[Any], Awaitable[float]],
+    sdks: list[Any] | None = None,
 ) -> Cell:
-    """``op`` run back to back by ``clients`` concurrent SDK clients for ``seconds``."""
-    sdks = [target.client() for _ in range(clients)]
+    """``op`` run back to back by ``clients`` concurrent SDK clients for ``seconds``
+    (``sdks``: clients made beforehand, closed here)."""
+    sdks = sdks or [target.client() for _ in range(clients)]
     cell = Cell()
     deadline = time.perf_counter() + seconds
 

@@ -18,7 +18,7 @@ starts 1, then 2 Celery workers (``--pool threads --concurrency 4``, as
 - ``web``: the uvicorn process (and any child of it);
 - ``worker``: the Celery worker processes (and their children);
 - ``database``: the PostgreSQL backends serving the bench's database (their pids from
-  ``pg_stat_activity``, polled every 0.2 s so that a backend that starts meanwhile is
+  ``pg_stat_activity``, polled every 0.25 s so that a backend that starts meanwhile is
   counted from its start);
 - ``broker``: ``redis-server``; ``client``: this process (the SDK clients);
 - ``other``: every other process on the machine (the machine's busy time from
@@ -130,10 +130,15 @@ def machine_busy_seconds() -> float:
 
 
 class CpuMeter:
-    """CPU seconds per group between :meth:`start` and :meth:`stop`: the web and worker
-    process trees, the PostgreSQL backends of ``database`` (polled, so that those
-    started meanwhile count from their start), ``redis-server``, this process, and the
-    rest of the machine."""
+    """CPU seconds per group between entering and leaving it: the web and worker
+    process trees, the PostgreSQL backends of ``database``, ``redis-server``, this
+    process, and the rest of the machine.
+
+    Every process is read on entering and on leaving (the trees as they are then: a
+    process seen only on leaving started meanwhile and counts from zero). In between, a
+    thread looks up the database's backends in ``pg_stat_activity`` every 0.25 s and
+    reads only theirs, so that a backend that starts and ends meanwhile still counts,
+    without scanning the machine's processes (the scan would cost the client CPU)."""
 
     def __init__(self, web: int, workers: set[int], database: str) -> None:
         self.web, self.workers, self.database = web, workers, database
@@ -148,50 +153,49 @@ class CpuMeter:
         ).fetchall()
         return {int(pid) for (pid,) in rows}
 
-    def _read(self, backends: set[int], *, at_start: bool) -> None:
+    def _see(self, pid: int, group: str, cpu: float, *, at_start: bool) -> None:
+        if pid not in self.first:
+            self.first[pid] = (group, cpu if at_start else 0.0)
+        self.last[pid] = cpu
+
+    def _snapshot(self, db: Any, *, at_start: bool) -> None:
+        """Read every process of every group."""
         processes = all_processes()
         groups: dict[int, str] = {}
-        for pid in with_descendants({self.web}, processes):
-            groups[pid] = "web"
-        for pid in with_descendants(self.workers, processes):
-            groups[pid] = "worker"
-        for pid in backends:
-            groups[pid] = "database"
         for pid, (name, _, _) in processes.items():
             if name == "redis-server":
                 groups[pid] = "broker"
+        groups.update(dict.fromkeys(with_descendants({self.web}, processes), "web"))
+        groups.update(dict.fromkeys(with_descendants(self.workers, processes), "worker"))
+        groups.update(dict.fromkeys(self._backends(db), "database"))
         groups[os.getpid()] = "client"
         for pid, group in groups.items():
-            if pid not in processes:
-                continue
-            cpu = processes[pid][2]
-            if pid not in self.first:
-                # Seen first after the start: a process started meanwhile, whose whole
-                # CPU time falls inside the measurement.
-                self.first[pid] = (group, cpu if at_start else 0.0)
-            self.last[pid] = cpu
+            if pid in processes:
+                self._see(pid, group, processes[pid][2], at_start=at_start)
 
     def _poll(self) -> None:
-        import psycopg
-
-        with psycopg.connect(workload.PG_ADMIN, autocommit=True) as db:
-            self._read(self._backends(db), at_start=True)
-            self.busy_before, self.began = machine_busy_seconds(), time.perf_counter()
-            self.started.set()
-            while not self.stopping.wait(0.2):
-                self._read(self._backends(db), at_start=False)
-            self._read(self._backends(db), at_start=False)
-            self.busy_after, self.ended = machine_busy_seconds(), time.perf_counter()
+        while not self.stopping.wait(0.25):
+            for pid in self._backends(self.poll_db):
+                if (stat := proc_stat(pid)) is not None:
+                    self._see(pid, "database", stat[2], at_start=False)
 
     def __enter__(self) -> CpuMeter:
-        self.started = threading.Event()
+        import psycopg
+
+        self.db = psycopg.connect(workload.PG_ADMIN, autocommit=True)
+        self.poll_db = psycopg.connect(workload.PG_ADMIN, autocommit=True)
+        self._snapshot(self.db, at_start=True)
+        self.busy_before, self.began = machine_busy_seconds(), time.perf_counter()
         self.poller.start()
-        self.started.wait(30)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.busy_after, self.ended = machine_busy_seconds(), time.perf_counter()
         self.stopping.set()
         self.poller.join(timeout=30)
+        self._snapshot(self.db, at_start=False)
+        self.db.close()
+        self.poll_db.close()
 
     @property
     def seconds(self) -> float:
@@ -216,14 +220,26 @@ async def drive(target: workload.Target, clients: int, seconds: float) -> worklo
     return await workload.throughput(target, clients, seconds, workload.run_create_join)
 
 
+async def metered(
+    target: workload.Target, clients: int, seconds: float, meter: CpuMeter
+) -> workload.Cell:
+    """:func:`drive` inside ``meter``, the clients made before it starts (making 16
+    HTTP clients costs this process CPU that no run causes)."""
+    sdks = [target.client() for _ in range(clients)]
+    with meter:
+        return await workload.throughput(
+            target, clients, seconds, workload.run_create_join, sdks=sdks
+        )
+
+
 def measure(
     target: workload.Target, server: Any, workers: list[Any], clients: int, seconds: float
 ) -> dict[str, Any]:
     """Runs/s and CPU per run of each group, with ``workers`` serving the queue."""
     database = server.database_url.rsplit("/", 1)[1]
     asyncio.run(drive(target, clients, min(2.0, seconds)))  # warm every process up
-    with CpuMeter(server.process.pid, {w.pid for w in workers}, database) as meter:
-        cell = asyncio.run(drive(target, clients, seconds))
+    meter = CpuMeter(server.process.pid, {w.pid for w in workers}, database)
+    cell = asyncio.run(metered(target, clients, seconds, meter))
     spent = meter.spent()
     runs = max(cell.ops, 1)
     result: dict[str, Any] = {

@@ -324,6 +324,7 @@ def langgraph_server(python: Path, tmp: Path) -> Iterator[workload.Target]:
         yield workload.Target("langgraph", url, None, workload.api_seeder(url))
     finally:
         _stop(process)
+        shutil.rmtree(home / ".langgraph_api", ignore_errors=True)  # its pickled state
 
 
 def _wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path, name: str) -> None:

@@ -115,16 +115,20 @@ from pathlib import Path
 folder = Path(sys.argv[1])
 while not (folder / "go").exists():
     time.sleep(0.01)
-burn = "import time\\nend = time.process_time() + 0.5\\nwhile time.process_time() < end: pass"
-subprocess.run([sys.executable, "-c", burn], check=True)
-(folder / "done").touch()
-time.sleep(60)
+burn = (
+    "import sys, time\\nfrom pathlib import Path\\nend = time.process_time() + 0.5\\n"
+    "while time.process_time() < end: pass\\n(Path(sys.argv[1]) / 'done').touch()\\n"
+    "time.sleep(60)"
+)
+child = subprocess.Popen([sys.executable, "-c", burn, str(folder)])
+child.wait()
 """
 
 
 def test_the_meter_charges_each_process_to_its_group(tmp_path: Path) -> None:
-    """A "web" process whose child burns 0.5 s of CPU once the meter runs, and a query
-    on the meter's database: the child is charged to web, the query to database."""
+    """A "web" process whose child, started once the meter runs, burns 0.5 s of CPU
+    and lives on, and a query on the meter's database: the child is charged to web,
+    the query to database."""
     need_service("PostgreSQL", postgres_available(), START_POSTGRES)
     import psycopg
 
@@ -145,6 +149,9 @@ def test_the_meter_charges_each_process_to_its_group(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "the web process's child never ended"
                 time.sleep(0.01)
     finally:
+        children = capacity.with_descendants({web.pid}, capacity.all_processes()) - {web.pid}
+        for pid in children:
+            os.kill(pid, 9)
         web.kill()
         web.wait()
         with psycopg.connect(admin, autocommit=True) as db:

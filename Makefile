@@ -64,6 +64,7 @@ bench: install ## Run the benchmarks and print their figures
 	set -o pipefail; $(BIN)/python bench/engine.py | tee bench/results/engine.json
 	set -o pipefail; $(BIN)/python bench/langgraph_compare.py --table | tee bench/results/langgraph_compare.json
 	set -o pipefail; $(BIN)/python bench/runner.py | tee bench/results/runner.json
+	set -o pipefail; $(BIN)/python bench/celery_capacity.py --table | tee bench/results/celery_capacity.json
 	set -o pipefail; $(BIN)/python bench/api.py | tee bench/results/api.json
 	set -o pipefail; $(BIN)/python bench/http_compare.py --table | tee bench/results/http_compare.json
 	set -o pipefail; $(BIN)/python bench/dashboard.py | tee bench/results/dashboard.json

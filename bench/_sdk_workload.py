@@ -1,10 +1,12 @@
 """The ``langgraph_sdk`` workload that ``bench/api.py`` and ``bench/http_compare.py`` share.
 
 It speaks only the LangGraph Platform REST API through the official async client, so
-the same code measures Criogen and any compatible server (Aegra). A :class:`Target`
-names the server: its URL, its API key (None when the server has no auth) and how
-to seed threads straight into its own tables (seeding 10,000 threads through the API
-would take longer than the measurements).
+the same code measures Criogen and any compatible server (Aegra, LangGraph's own
+server). A :class:`Target` names the server: its URL, its API key (None when the
+server has no auth) and how to seed threads (straight into its own tables where it
+has them, since seeding 10,000 threads through the API takes longer than the
+measurements; through the API for a server that keeps them in memory:
+:func:`api_seeder`).
 
 The cells:
 
@@ -13,10 +15,16 @@ The cells:
   :data:`RUN_INPUT` (``n`` and a ~1 KB payload) by N concurrent clients; the output
   is checked (``steps == ["a", "b", "c"]``, ``n == 3``, the payload intact) and a wrong
   one counts as an error, since a server that answers fast with nothing must not score;
-- ``get_state`` / ``get_history``: sequential calls on a thread with at least 50
-  checkpoints (``get_history(limit=10)``);
-- ``search_metadata`` / ``search_status``: sequential ``threads.search(limit=20)`` by a
-  metadata value half of the seeded threads carry, and by ``status="idle"``.
+- ``joins``: the same, with ``runs.create`` and then ``runs.join`` (a client that
+  starts a run in the background and collects its result); checked the same way;
+- ``deletes``: ``threads.delete`` of seeded threads by N concurrent clients until a
+  given list is exhausted (:func:`delete_cell`);
+- ``get_state`` / ``get_history`` / ``get_history_50``: sequential calls on a thread
+  with at least 50 checkpoints (``get_history(limit=10)`` and ``limit=50``);
+- the search shapes of :data:`SEARCH_SHAPES`: sequential ``threads.search(limit=20)``
+  among the seeded threads: the first page unfiltered, by a metadata value half of
+  them carry, by ``status="idle"``, by both, and the unfiltered page at offset 5,000
+  (or half the seeded count, when fewer than 10,000 are seeded).
 
 Each cell returns a :class:`Cell` (operations, seconds, per-operation latencies,
 errors); :func:`merge` adds up cells of the same kind from several rounds.
@@ -64,15 +72,23 @@ def log(message: str) -> None:
 
 
 @dataclass
+class Seeded:
+    """What a seeder made: the metadata mark half of the threads carry, and their ids."""
+
+    mark: str
+    thread_ids: list[str]
+
+
+@dataclass
 class Target:
     """A server the workload drives."""
 
     name: str
     url: str
     api_key: str | None
-    seed_threads: Callable[[int], str]
+    seed_threads: Callable[[int], Seeded]
     """Insert ``count`` idle threads of the workload's user, half of them carrying
-    ``{"mark": <returned value>}`` in their metadata; return that value."""
+    ``{"mark": <the mark returned>}`` in their metadata; return the mark and the ids."""
 
     def client(self) -> Any:
         return get_client(url=self.url, api_key=self.api_key)
@@ -136,19 +152,36 @@ async def create_thread(sdk: Any) -> float:
     return time.perf_counter() - start
 
 
-async def run_steps(sdk: Any) -> float:
-    """A fresh thread and one ``runs.wait``; the latency is that of ``runs.wait`` alone."""
-    thread = await sdk.threads.create()
-    start = time.perf_counter()
-    values = await sdk.runs.wait(thread["thread_id"], GRAPH, input=RUN_INPUT)
-    elapsed = time.perf_counter() - start
+def check_output(values: Any, call: str) -> None:
+    """A 3-step run's output, or an error: a server that answers fast with nothing must
+    not score."""
     if (
         not isinstance(values, dict)
         or values.get("steps") != ["a", "b", "c"]
         or values.get("n") != 3
         or values.get("payload") != PAYLOAD
     ):
-        raise RuntimeError(f"runs.wait returned {str(values)[:200]!r}")
+        raise RuntimeError(f"{call} returned {str(values)[:200]!r}")
+
+
+async def run_steps(sdk: Any) -> float:
+    """A fresh thread and one ``runs.wait``; the latency is that of ``runs.wait`` alone."""
+    thread = await sdk.threads.create()
+    start = time.perf_counter()
+    values = await sdk.runs.wait(thread["thread_id"], GRAPH, input=RUN_INPUT)
+    elapsed = time.perf_counter() - start
+    check_output(values, "runs.wait")
+    return elapsed
+
+
+async def run_create_join(sdk: Any) -> float:
+    """A fresh thread, ``runs.create`` and ``runs.join``; the latency is that of the two."""
+    thread = await sdk.threads.create()
+    start = time.perf_counter()
+    run = await sdk.runs.create(thread["thread_id"], GRAPH, input=RUN_INPUT)
+    values = await sdk.runs.join(thread["thread_id"], run["run_id"])
+    elapsed = time.perf_counter() - start
+    check_output(values, "runs.join")
     return elapsed
 
 
@@ -156,10 +189,15 @@ async def run_steps(sdk: Any) -> float:
 
 
 async def throughput(
-    target: Target, clients: int, seconds: float, op: Callable[[Any], Awaitable[float]]
+    target: Target,
+    clients: int,
+    seconds: float,
+    op: Callable[[Any], Awaitable[float]],
+    sdks: list[Any] | None = None,
 ) -> Cell:
-    """``op`` run back to back by ``clients`` concurrent SDK clients for ``seconds``."""
-    sdks = [target.client() for _ in range(clients)]
+    """``op`` run back to back by ``clients`` concurrent SDK clients for ``seconds``
+    (``sdks``: clients made beforehand, closed here)."""
+    sdks = sdks or [target.client() for _ in range(clients)]
     cell = Cell()
     deadline = time.perf_counter() + seconds
 
@@ -199,14 +237,49 @@ async def sequential(op: Callable[[], Awaitable[Any]], n: int) -> Cell:
     return cell
 
 
+async def delete_cell(target: Target, clients: int, thread_ids: list[str]) -> Cell:
+    """``threads.delete`` of every id in ``thread_ids`` by ``clients`` concurrent SDK
+    clients, each taking the next id until none is left."""
+    sdks = [target.client() for _ in range(clients)]
+    cell = Cell()
+    queue = list(reversed(thread_ids))
+
+    async def worker(sdk: Any) -> None:
+        while queue:
+            tid = queue.pop()
+            began = time.perf_counter()
+            try:
+                await sdk.threads.delete(tid)
+            except Exception as exc:  # noqa: BLE001 - counted and reported, not hidden
+                cell.errors += 1
+                cell.first_error = cell.first_error or f"{type(exc).__name__}: {exc}"
+                continue
+            cell.latencies.append(time.perf_counter() - began)
+            cell.ops += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(s) for s in sdks))
+    cell.seconds = time.perf_counter() - start
+    for sdk in sdks:
+        await sdk.aclose()
+    return cell
+
+
 @dataclass
 class Prepared:
-    """What the latency cells read: the history thread and the seeded mark."""
+    """What the latency and delete cells use: the history thread and the seeded threads."""
 
     history_thread: str
     history_checkpoints: int
     mark: str
     search_threads: int
+    thread_ids: list[str] = field(default_factory=list)
+    seed_seconds: float = 0.0
+
+    @property
+    def search_offset(self) -> int:
+        """The offset of the deep-page search: 5,000, or half the seeded threads."""
+        return min(SEARCH_OFFSET, self.search_threads // 2)
 
 
 async def prepare(
@@ -225,19 +298,39 @@ async def prepare(
         checkpoints = len(await sdk.threads.get_history(tid, limit=1000))
     finally:
         await sdk.aclose()
-    mark = target.seed_threads(search_threads)
-    return Prepared(tid, checkpoints, mark, search_threads)
+    began = time.perf_counter()
+    seeded = target.seed_threads(search_threads)
+    seconds = round(time.perf_counter() - began, 1)
+    log(f"{target.name}: {len(seeded.thread_ids)} threads seeded in {seconds} s")
+    return Prepared(tid, checkpoints, seeded.mark, search_threads, seeded.thread_ids, seconds)
+
+
+SEARCH_OFFSET = 5_000
+SEARCH_SHAPES = (
+    "search_first_page",
+    "search_metadata",
+    "search_status",
+    "search_metadata_status",
+    "search_offset",
+)
+"""The search cells: every shape is ``threads.search(limit=20)`` among the seeded
+threads, sorted as the server sorts by default (newest first)."""
 
 
 async def latency_cell(target: Target, prepared: Prepared, kind: str, n: int) -> Cell:
-    """``n`` sequential calls of one read: get_state, get_history or a search."""
+    """``n`` sequential calls of one read: get_state, get_history or a search shape."""
     sdk = target.client()
-    tid, mark = prepared.history_thread, prepared.mark
+    tid, mark, offset = prepared.history_thread, prepared.mark, prepared.search_offset
+    search = sdk.threads.search
     ops: dict[str, Callable[[], Awaitable[Any]]] = {
         "get_state": lambda: sdk.threads.get_state(tid),
         "get_history": lambda: sdk.threads.get_history(tid, limit=10),
-        "search_metadata": lambda: sdk.threads.search(metadata={"mark": mark}, limit=20),
-        "search_status": lambda: sdk.threads.search(status="idle", limit=20),
+        "get_history_50": lambda: sdk.threads.get_history(tid, limit=50),
+        "search_first_page": lambda: search(limit=20),
+        "search_metadata": lambda: search(metadata={"mark": mark}, limit=20),
+        "search_status": lambda: search(status="idle", limit=20),
+        "search_metadata_status": lambda: search(metadata={"mark": mark}, status="idle", limit=20),
+        "search_offset": lambda: search(limit=20, offset=offset),
     }
     try:
         await ops[kind]()
@@ -246,10 +339,17 @@ async def latency_cell(target: Target, prepared: Prepared, kind: str, n: int) ->
         await sdk.aclose()
 
 
+THROUGHPUT_OPS: dict[str, Callable[[Any], Awaitable[float]]] = {
+    "creates": create_thread,
+    "runs": run_steps,
+    "joins": run_create_join,
+}
+
+
 async def throughput_cell(target: Target, kind: str, clients: int, seconds: float) -> Cell:
-    """One throughput cell: ``creates`` or ``runs`` with ``clients`` clients."""
-    op = {"creates": create_thread, "runs": run_steps}[kind]
-    return await throughput(target, clients, seconds, op)
+    """One throughput cell: ``creates``, ``runs`` (``runs.wait``) or ``joins``
+    (``runs.create`` + ``runs.join``) with ``clients`` clients."""
+    return await throughput(target, clients, seconds, THROUGHPUT_OPS[kind])
 
 
 LATENCY_KINDS = ("get_state", "get_history", "search_metadata", "search_status")
@@ -293,11 +393,11 @@ async def measure(
 # -- Criogen as a target ---------------------------------------------------------------
 
 
-def criogen_seeder(database_url: str, username: str = "alice") -> Callable[[int], str]:
+def criogen_seeder(database_url: str, username: str = "alice") -> Callable[[int], Seeded]:
     """Seeds ``criogen_thread`` rows of ``username`` (SQLite or PostgreSQL) in one batch,
     then gathers the table's statistics (as Aegra's seeder does for its table)."""
 
-    def seed(count: int) -> str:
+    def seed(count: int) -> Seeded:
         mark = uuid.uuid4().hex
         rows = [
             (
@@ -340,7 +440,40 @@ def criogen_seeder(database_url: str, username: str = "alice") -> Callable[[int]
                     # later: without statistics the planner takes the 10,000 new rows
                     # for a handful and sorts them all for a page of 20.
                     cur.execute("ANALYZE criogen_thread")
-        return mark
+        return Seeded(mark, [tid for tid, _ in rows])
+
+    return seed
+
+
+def api_seeder(url: str, api_key: str | None = None, clients: int = 16) -> Callable[[int], Seeded]:
+    """Seeds through ``threads.create(metadata=…)`` by ``clients`` concurrent clients, for
+    a server with no table to insert into (LangGraph's in-memory server). Called from
+    :func:`prepare` inside the running event loop, so it runs its own loop in a thread."""
+
+    async def create_all(count: int, mark: str) -> list[str]:
+        sdks = [get_client(url=url, api_key=api_key) for _ in range(clients)]
+        ids: list[str | None] = [None] * count
+        todo = iter(range(count))
+
+        async def worker(sdk: Any) -> None:
+            for i in todo:
+                meta = {"mark": mark if i % 2 else "other", "i": i}
+                ids[i] = (await sdk.threads.create(metadata=meta))["thread_id"]
+
+        try:
+            await asyncio.gather(*(worker(s) for s in sdks))
+        finally:
+            for sdk in sdks:
+                await sdk.aclose()
+        return [tid for tid in ids if tid]
+
+    def seed(count: int) -> Seeded:
+        import concurrent.futures
+
+        mark = uuid.uuid4().hex
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            ids = pool.submit(asyncio.run, create_all(count, mark)).result()
+        return Seeded(mark, ids)
 
     return seed
 

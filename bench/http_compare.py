@@ -1,34 +1,54 @@
-"""Criogen against Aegra over HTTP: the same ``langgraph_sdk`` workload, side by side.
+"""Criogen against Aegra and LangGraph's own server over HTTP: one ``langgraph_sdk`` workload.
 
 Run it from the project folder::
 
-    .venv/bin/python bench/http_compare.py --table            # ~2-3 minutes
+    .venv/bin/python bench/http_compare.py --table            # ~5 minutes
     .venv/bin/python bench/http_compare.py --seconds 1 --rounds 1 --search-threads 1000
+    .venv/bin/python bench/http_compare.py --servers criogen,langgraph --table
 
-The first run creates ``bench/.venvs/aegra`` (gitignored) and installs the reference
-self-hosted server there (``aegra-api``, pinned in :data:`REQUIREMENTS`), so it never
-meets the project's own dependencies. Then, on the shared PostgreSQL at 127.0.0.1:5432:
+The first run creates ``bench/.venvs/aegra`` and ``bench/.venvs/langgraph`` (gitignored)
+and installs the other servers there (pinned in :data:`REQUIREMENTS` and
+:data:`LANGGRAPH_REQUIREMENTS`), so they never meet the project's own dependencies.
+Then, on the shared PostgreSQL at 127.0.0.1:5432:
 
-- **aegra**: a fresh database, Aegra's Alembic migrations, and ``uvicorn
-  aegra_api.main:app`` on a free loopback port (one process, no reload, log level
-  warning, ``ENV_MODE=PRODUCTION``, no auth, its default pool sizes), serving
-  ``bench/aegra/aegra.json``: the graph ``steps`` of ``bench/aegra/steps_graph.py``,
-  START → a → b → c → END, identical to ``criogen/examples/steps.py``;
+- **aegra**: the reference self-hosted server, as its users run it: a fresh database,
+  Aegra's Alembic migrations, and ``uvicorn aegra_api.main:app`` on a free loopback
+  port (one process, no reload, log level warning, ``ENV_MODE=PRODUCTION``, no auth),
+  with the pool sizes of its newer releases (:data:`AEGRA_POOLS`:
+  ``SQLALCHEMY_POOL_SIZE=10``, ``SQLALCHEMY_MAX_OVERFLOW=20``,
+  ``LANGGRAPH_MIN_POOL_SIZE=5``, ``LANGGRAPH_MAX_POOL_SIZE=20``; 0.6.0's own 2 + 0 and
+  1–6 starve it under 16 clients; ``--aegra-env KEY=VALUE`` overrides any setting),
+  serving ``bench/aegra/aegra.json``: the graph ``steps`` of
+  ``bench/aegra/steps_graph.py``, START → a → b → c → END, identical to
+  ``criogen/examples/steps.py``;
+- **langgraph**: LangGraph's own server in memory (``langgraph-cli[inmem]``):
+  ``langgraph dev --no-browser --no-reload --n-jobs-per-worker 10`` serving the same
+  graph from ``bench/aegra/langgraph.json``, in a folder of its own under the run's
+  temporary folder, with no network (no analytics, version check or tracing:
+  :data:`LANGGRAPH_ENV`); it has no table to insert into, so its 10,000 threads are
+  created through its API by 16 concurrent clients;
 - **criogen**: a fresh database and uvicorn (``--server daphne``: Daphne) serving
   ``criogen.asgi`` (one process, the in-process runner, token auth), started as
   ``bench/api.py`` starts it, with production settings (``DEBUG=false``,
   ``CONN_MAX_AGE=60``; no TLS redirect on loopback).
 
-Both run the workload of ``bench/_sdk_workload.py`` (the one ``bench/api.py`` runs):
-after a warm-up, a thread with 50 checkpoints and 10,000 seeded threads each (SQL into
-each server's own thread table, half of them with a metadata mark), every cell runs
-``--rounds`` times, alternating the servers (criogen, aegra, criogen, aegra) so that
-the machine's load drifts hit both; rates are total operations over total time, and
-latencies pool the samples of every round. It prints ONE JSON document on stdout with
-both sides, the ratios criogen/aegra and the goals of issue 9 (at least 2× Aegra's
-creates/s and runs/s, at most half its p50 for get_state, get_history and search);
-with ``--table``, a table on stderr. If Aegra cannot be installed or started, its side
-is ``{"skipped": reason}`` and Criogen is still measured.
+All run the workload of ``bench/_sdk_workload.py``: after a warm-up, a thread with 50
+checkpoints and 10,000 seeded threads each (SQL into Criogen's and Aegra's own thread
+tables, half of them with a metadata mark); then every cell ``--rounds`` times,
+alternating the servers (criogen, aegra, langgraph, criogen, …) so that the machine's
+load drifts hit all: ``get_state``; ``get_history`` with limit 10 and 50; five search
+shapes (first page, by metadata, by status, by both, and the first page at offset
+5,000); ``threads.create`` with 1 and 16 clients; ``runs.wait`` and ``runs.create`` +
+``runs.join`` with 16 clients; and last ``threads.delete`` of the seeded threads by 16
+clients, each round deleting its share. Rates are total operations over total time,
+and latencies pool the samples of every round.
+
+It prints ONE JSON document on stdout with every side, the ratios criogen/aegra and
+criogen/langgraph and the goals of issue 18 (:data:`GOALS`: against Aegra every
+throughput at least 2× and every p50 at most 0.5×; against LangGraph's in-memory
+server every read p50 at most 1.0×); with ``--table``, a table on stderr. A server that
+cannot be installed or started is ``{"skipped": reason}`` and the others are still
+measured.
 """
 
 from __future__ import annotations
@@ -39,6 +59,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -75,9 +96,18 @@ AEGRA_PACKAGES = [
     "psycopg",
 ]
 AEGRA_USER = "anonymous"
+AEGRA_POOLS = {
+    "SQLALCHEMY_POOL_SIZE": "10",
+    "SQLALCHEMY_MAX_OVERFLOW": "20",
+    "LANGGRAPH_MIN_POOL_SIZE": "5",
+    "LANGGRAPH_MAX_POOL_SIZE": "20",
+}
+"""The pool sizes Aegra's newer releases default to and its users run with: 0.6.0's own
+defaults (2 + 0 and 1–6 connections) starve it under 16 clients (issue 18)."""
 
 GOAL_RATE = 2.0
 GOAL_LATENCY = 0.5
+GOAL_VS_INMEM = 1.0
 
 log = workload.log
 
@@ -85,10 +115,10 @@ log = workload.log
 # -- the Aegra environment -----------------------------------------------------------
 
 
-def venv_versions(python: Path) -> dict[str, str]:
+def venv_versions(python: Path, packages: list[str]) -> dict[str, str]:
     script = (
         "import json, importlib.metadata as m\n"
-        f"names = {AEGRA_PACKAGES!r}\n"
+        f"names = {packages!r}\n"
         "print(json.dumps({n: m.version(n) for n in names}))\n"
     )
     done = subprocess.run(
@@ -118,6 +148,7 @@ def aegra_env(db_name: str, overrides: dict[str, str]) -> dict[str, str]:
             "ENV_MODE": "PRODUCTION",
             "LOG_LEVEL": "WARNING",
             "PYTHONDONTWRITEBYTECODE": "1",
+            **AEGRA_POOLS,
             **overrides,
         }
     )
@@ -173,28 +204,16 @@ def aegra_server(
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Aegra did not start: {log_path.read_text()[-800:]}")
-            time.sleep(0.2)
+        _wait_healthy(process, url + "/health", log_path, "Aegra")
         yield workload.Target("aegra", url, None, aegra_seeder(db_name))
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        _stop(process)
 
 
 def aegra_seeder(db_name: str) -> Any:
     """Seeds Aegra's ``thread`` table with rows shaped as its ``POST /threads`` writes them."""
 
-    def seed(count: int) -> str:
+    def seed(count: int) -> workload.Seeded:
         import psycopg
 
         mark = uuid.uuid4().hex
@@ -223,9 +242,110 @@ def aegra_seeder(db_name: str) -> Any:
                 rows,
             )
             cur.execute("ANALYZE thread")  # as after any bulk load (see criogen_seeder)
-        return mark
+        return workload.Seeded(mark, [row[0] for row in rows])
 
     return seed
+
+
+# -- LangGraph's own server ------------------------------------------------------------
+
+LANGGRAPH_REQUIREMENTS = ["langgraph-cli[inmem]==0.4.40", "langgraph-api==0.16.7"]
+LANGGRAPH_PACKAGES = [
+    "langgraph-cli",
+    "langgraph-api",
+    "langgraph-runtime-inmem",
+    "langgraph",
+    "uvicorn",
+    "starlette",
+]
+LANGGRAPH_JOBS = 10
+"""``--n-jobs-per-worker``: the concurrent runs its queue executes. ``langgraph dev
+--help`` documents 10 as the default, but the command passes 1 when the option is
+absent, which would run 16 clients' runs one at a time."""
+LANGGRAPH_ENV = {
+    "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # the CLI's usage report
+    "LANGGRAPH_NO_VERSION_CHECK": "true",  # the server's look-up of newer releases
+    "LANGSMITH_TRACING": "false",
+    "LOG_LEVEL": "WARNING",  # as Aegra's; the in-memory server logs at info by default
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+"""No network: no analytics, no version check, no tracing; with no licence key the
+server sends no usage metadata either."""
+
+
+def langgraph_env() -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("LANGSMITH_", "LANGCHAIN_", "LANGGRAPH_", "VIRTUAL_ENV"))
+        and key not in ("PYTHONPATH", "DATABASE_URI", "REDIS_URI")
+    }
+    env.update(LANGGRAPH_ENV)
+    return env
+
+
+@contextlib.contextmanager
+def langgraph_server(python: Path, tmp: Path) -> Iterator[workload.Target]:
+    """``langgraph dev`` (the in-memory server) serving ``bench/aegra/langgraph.json``
+    from a folder of its own under ``tmp`` (it keeps its pickled state in
+    ``.langgraph_api/`` of its working folder and resolves the graph's path from it)."""
+    home = tmp / "langgraph"
+    home.mkdir()
+    for name in ("langgraph.json", "steps_graph.py"):
+        shutil.copy(AEGRA_DIR / name, home / name)
+    port = _free_port()
+    log_path = tmp / f"langgraph-{port}.log"
+    with log_path.open("wb") as sink:
+        process = subprocess.Popen(  # noqa: S603 - the venv's command, our arguments
+            [
+                str(python.parent / "langgraph"),
+                "dev",
+                "--no-browser",
+                "--no-reload",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--config",
+                "langgraph.json",
+                "--n-jobs-per-worker",
+                str(LANGGRAPH_JOBS),
+                "--server-log-level",
+                "WARNING",
+            ],
+            cwd=home,
+            env=langgraph_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(process, url + "/ok", log_path, "LangGraph's server")
+        yield workload.Target("langgraph", url, None, workload.api_seeder(url))
+    finally:
+        _stop(process)
+        shutil.rmtree(home / ".langgraph_api", ignore_errors=True)  # its pickled state
+
+
+def _wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path, name: str) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        if process.poll() is not None or time.monotonic() > deadline:
+            _stop(process)
+            raise RuntimeError(f"{name} did not start: {log_path.read_text()[-800:]}")
+        time.sleep(0.2)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 class ConnectionProbe:
@@ -269,24 +389,32 @@ class ConnectionProbe:
 
 # -- the rounds ------------------------------------------------------------------------
 
-LATENCY_METRICS = {
-    "get_state": "get_state p50 (ms)",
-    "get_history": "get_history(limit=10) p50 (ms)",
-    "search_metadata": "search by metadata p50 (ms)",
-    "search_status": "search by status p50 (ms)",
-}
 RATE_METRICS = {
     "creates_1": "threads.create/s, 1 client",
     "creates_16": "threads.create/s, 16 clients",
     "runs_16": "runs.wait/s, 16 clients",
+    "joins_16": "runs.create + join/s, 16 clients",
+    "deletes_16": "threads.delete/s, 16 clients",
 }
-GOALS = {
-    "creates_16": ("per_s", ">=", GOAL_RATE),
-    "runs_16": ("per_s", ">=", GOAL_RATE),
-    "get_state": ("p50", "<=", GOAL_LATENCY),
-    "get_history": ("p50", "<=", GOAL_LATENCY),
-    "search_metadata": ("p50", "<=", GOAL_LATENCY),
-    "search_status": ("p50", "<=", GOAL_LATENCY),
+LATENCY_METRICS = {
+    "get_state": "get_state p50 (ms)",
+    "get_history": "get_history(limit=10) p50 (ms)",
+    "get_history_50": "get_history(limit=50) p50 (ms)",
+    "search_first_page": "search, first page p50 (ms)",
+    "search_metadata": "search by metadata p50 (ms)",
+    "search_status": "search by status p50 (ms)",
+    "search_metadata_status": "search by metadata + status p50 (ms)",
+    "search_offset": "search at offset {offset} p50 (ms)",
+}
+OTHERS = ("aegra", "langgraph")
+GOALS: dict[str, dict[str, tuple[str, float]]] = {
+    # Issue 18: against Aegra every throughput at least 2x, every p50 at most half.
+    "aegra": {
+        **dict.fromkeys(RATE_METRICS, (">=", GOAL_RATE)),
+        **dict.fromkeys(LATENCY_METRICS, ("<=", GOAL_LATENCY)),
+    },
+    # Against LangGraph's in-memory server: Criogen on PostgreSQL no slower on the reads.
+    "langgraph": dict.fromkeys(LATENCY_METRICS, ("<=", GOAL_VS_INMEM)),
 }
 
 
@@ -297,7 +425,9 @@ async def compare(
     metrics: list[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every cell (of ``metrics``, default all) ``args.rounds`` times per target,
-    alternating; a target that fails is dropped with its reason in ``failed``."""
+    alternating; a target that fails is dropped with its reason in ``failed``. The
+    deletes come last (they delete the seeded threads the searches read), each round
+    deleting its share of them."""
     prepared: dict[str, workload.Prepared] = {}
     for target in targets:
         log(
@@ -312,16 +442,20 @@ async def compare(
             failed[target.name] = f"preparing failed: {type(exc).__name__}: {exc}"[:500]
     cells: dict[str, dict[str, list[workload.Cell]]] = {t.name: {} for t in targets}
 
-    async def one(target: workload.Target, metric: str) -> None:
+    async def one(target: workload.Target, metric: str, round_: int) -> None:
         if target.name in failed:
             return
         try:
+            kind, _, clients = metric.rpartition("_")
             if metric in LATENCY_METRICS:
                 cell = await workload.latency_cell(
                     target, prepared[target.name], metric, args.samples
                 )
+            elif kind == "deletes":
+                limit = getattr(args, "delete_threads", None)
+                ids = prepared[target.name].thread_ids[:limit][round_ :: args.rounds]
+                cell = await workload.delete_cell(target, int(clients), ids)
             else:
-                kind, clients = metric.rsplit("_", 1)
                 cell = await workload.throughput_cell(target, kind, int(clients), args.seconds)
         except Exception as exc:  # noqa: BLE001 - reported as the target's result
             failed[target.name] = f"{metric} failed: {type(exc).__name__}: {exc}"[:500]
@@ -330,9 +464,9 @@ async def compare(
 
     for metric in metrics or [*LATENCY_METRICS, *RATE_METRICS]:
         log(f"{metric}: {args.rounds} rounds of " + ", ".join(t.name for t in targets))
-        for _ in range(args.rounds):
+        for round_ in range(args.rounds):
             for target in targets:
-                await one(target, metric)
+                await one(target, metric, round_)
 
     out: dict[str, dict[str, Any]] = {}
     for target in targets:
@@ -344,72 +478,110 @@ async def compare(
             summary = total.summary(rate=metric in RATE_METRICS)
             if metric in RATE_METRICS:
                 summary["rounds"] = [c.per_s() for c in rounds]
+            if metric.startswith("deletes"):
+                summary["threads"] = total.ops + total.errors
             side[metric] = summary
-        side["history_checkpoints"] = prepared[target.name].history_checkpoints
-        side["search_threads"] = prepared[target.name].search_threads
+        done = prepared[target.name]
+        side["history_checkpoints"] = done.history_checkpoints
+        side["search_threads"] = done.search_threads
+        side["seed_seconds"] = done.seed_seconds
+        side["deep_page_offset"] = done.search_offset
         out[target.name] = side
     return out
 
 
-def ratios(criogen: dict[str, Any], aegra: dict[str, Any]) -> dict[str, Any]:
-    """criogen/aegra per metric, and the goal verdicts."""
+def ratios(criogen: dict[str, Any], other: dict[str, Any], name: str) -> dict[str, Any]:
+    """criogen/``name`` (aegra or langgraph) per metric, and the goal verdicts."""
+    goals = GOALS[name]
     out: dict[str, Any] = {}
     for metric in [*RATE_METRICS, *LATENCY_METRICS]:
         key = "per_s" if metric in RATE_METRICS else "p50"
-        mine, theirs = criogen.get(metric, {}).get(key), aegra.get(metric, {}).get(key)
+        mine, theirs = criogen.get(metric, {}).get(key), other.get(metric, {}).get(key)
         ratio = round(mine / theirs, 2) if mine and theirs else None
         entry: dict[str, Any] = {"ratio": ratio}
-        if metric in GOALS:
-            _, op, bound = GOALS[metric]
+        if metric in goals:
+            op, bound = goals[metric]
             entry["goal"] = f"{op} {bound}"
             entry["met"] = ratio is not None and (ratio >= bound if op == ">=" else ratio <= bound)
         out[metric] = entry
-    runs_p50 = (criogen.get("runs_16", {}).get("p50"), aegra.get("runs_16", {}).get("p50"))
-    if all(runs_p50):
-        out["runs_16_p50"] = {"ratio": round(runs_p50[0] / runs_p50[1], 2)}
+    for metric in ("runs_16", "joins_16"):
+        p50s = (criogen.get(metric, {}).get("p50"), other.get(metric, {}).get("p50"))
+        if all(p50s):
+            out[f"{metric}_p50"] = {"ratio": round(p50s[0] / p50s[1], 2)}
     return out
 
 
-def table(report: dict[str, Any]) -> str:
-    criogen = report.get("criogen", {})
-    aegra = report.get("aegra", {})
-    rat = report.get("ratios", {})
-    rows = [("metric", "criogen", "aegra", "criogen/aegra", "goal")]
+def _fmt(value: Any) -> str:
+    return "—" if value is None else f"{value:g}"
 
-    def fmt(value: Any) -> str:
-        return "—" if value is None else f"{value:g}"
+
+def _goal(entry: dict[str, Any]) -> str:
+    if "goal" not in entry:
+        return "—"
+    if entry.get("ratio") is None:
+        return f"{entry['goal']}: not run"
+    return f"{entry['goal']}: {'met' if entry['met'] else 'MISSED'}"
+
+
+def table(report: dict[str, Any]) -> str:
+    """One row per figure: each server's, criogen/aegra and criogen/langgraph with the
+    goal and its verdict; the errors a side met and the reason a side was skipped."""
+    sides = {name: report.get(name) or {} for name in ("criogen", *OTHERS)}
+    rat = report.get("ratios") or {}
+    header = ("metric", *sides, "c/aegra", "goal vs aegra", "c/langgraph", "goal vs langgraph")
+    rows = [header]
+    criogen = sides["criogen"]
 
     def add(label: str, metric: str, key: str, ratio_key: str) -> None:
-        entry = rat.get(ratio_key, {})
-        goal = "—"
-        if "goal" in entry:
-            goal = f"{entry['goal']}: {'met' if entry['met'] else 'MISSED'}"
+        row = [label, *(_fmt(side.get(metric, {}).get(key)) for side in sides.values())]
+        for other in OTHERS:
+            entry = (rat.get(other) or {}).get(ratio_key, {})
+            row += [_fmt(entry.get("ratio")), _goal(entry)]
+        rows.append(tuple(row))
         errors = [
-            f"{side_name} errors {side[metric]['errors']}"
-            for side_name, side in (("criogen", criogen), ("aegra", aegra))
+            f"{name} {side[metric]['errors']} errors: {side[metric].get('first_error', '')}"
+            for name, side in sides.items()
             if isinstance(side.get(metric), dict) and side[metric].get("errors")
         ]
-        rows.append(
-            (
-                label,
-                fmt(criogen.get(metric, {}).get(key)),
-                fmt(aegra.get(metric, {}).get(key)),
-                fmt(entry.get("ratio")),
-                goal + (f" ({'; '.join(errors)})" if errors else ""),
-            )
-        )
+        notes.extend(f"  {label}: {error}"[:200] for error in errors)
 
+    notes: list[str] = []
     for metric, label in RATE_METRICS.items():
+        if metric.startswith("deletes"):
+            counts = {
+                side["deletes_16"]["threads"]
+                for side in sides.values()
+                if isinstance(side.get("deletes_16"), dict) and "threads" in side["deletes_16"]
+            }
+            label += f" ({' / '.join(f'{n:,}' for n in sorted(counts))} threads)" if counts else ""
         add(label, metric, "per_s", metric)
-    add("runs.wait p50 (ms), 16 clients", "runs_16", "p50", "runs_16_p50")
+        if metric in ("runs_16", "joins_16"):
+            add(label.replace("/s", " p50 (ms)"), metric, "p50", f"{metric}_p50")
+    offset = criogen.get("deep_page_offset")
+    offsets = {
+        side.get("deep_page_offset") for side in sides.values() if side.get("deep_page_offset")
+    }
     for metric, label in LATENCY_METRICS.items():
-        add(label, metric, "p50", metric)
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        shown = offset if offset is not None else (min(offsets) if offsets else "?")
+        add(
+            label.format(offset=f"{shown:,}" if isinstance(shown, int) else shown),
+            metric,
+            "p50",
+            metric,
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
-    for name in ("criogen", "aegra"):
-        if "skipped" in report.get(name, {}):
-            lines.append(f"{name} skipped: {report[name]['skipped']}")
+    threads = {side.get("search_threads") for side in sides.values() if side.get("search_threads")}
+    if threads:
+        lines.append(
+            "searches among " + " / ".join(f"{n:,}" for n in sorted(threads)) + " seeded threads"
+        )
+    if notes:
+        lines += ["errors:", *notes]
+    for name, side in sides.items():
+        if "skipped" in side:
+            lines.append(f"{name} skipped: {side['skipped']}")
     return "\n".join(lines)
 
 
@@ -421,11 +593,22 @@ def main() -> None:
     parser.add_argument("--search-threads", type=int, default=10_000)
     parser.add_argument("--history-checkpoints", type=int, default=workload.HISTORY_CHECKPOINTS)
     parser.add_argument(
+        "--delete-threads",
+        type=int,
+        default=None,
+        help="how many of the seeded threads the deletes cell deletes (default: all)",
+    )
+    parser.add_argument(
         "--aegra-env",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an extra setting for Aegra (e.g. SQLALCHEMY_POOL_SIZE=8); repeatable",
+        help="a setting for Aegra over the defaults (e.g. SQLALCHEMY_POOL_SIZE=2); repeatable",
+    )
+    parser.add_argument(
+        "--servers",
+        default="criogen,aegra,langgraph",
+        help="comma-separated: which of criogen, aegra, langgraph to measure",
     )
     parser.add_argument(
         "--server", choices=workload.ASGI_SERVERS, default="uvicorn", help="Criogen's ASGI server"
@@ -433,6 +616,7 @@ def main() -> None:
     parser.add_argument("--table", action="store_true", help="also print a table on stderr")
     args = parser.parse_args()
     overrides = dict(item.split("=", 1) for item in args.aegra_env)
+    wanted = {name.strip() for name in args.servers.split(",") if name.strip()}
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     tmp = Path(tempfile.mkdtemp(prefix="criogen-bench-http-"))
     log(f"server logs in {tmp}")
@@ -441,43 +625,70 @@ def main() -> None:
     peaks: dict[str, int] = {}
     versions: dict[str, Any] = {"langgraph_sdk (client)": _version("langgraph-sdk")}
 
-    python: Path | None = None
-    try:
-        python = ensure_venv("aegra", REQUIREMENTS, log)
-        versions["aegra"] = venv_versions(python)
-    except Exception as exc:  # noqa: BLE001 - reported as Aegra's result
-        failed["aegra"] = f"installing {' '.join(REQUIREMENTS)} failed: {exc}"[:500]
+    pythons: dict[str, Path] = {}
+    for name, requirements, packages in (
+        ("aegra", REQUIREMENTS, AEGRA_PACKAGES),
+        ("langgraph", LANGGRAPH_REQUIREMENTS, LANGGRAPH_PACKAGES),
+    ):
+        if name not in wanted:
+            continue
+        try:
+            pythons[name] = ensure_venv(name, requirements, log)
+            versions[name] = venv_versions(pythons[name], packages)
+        except Exception as exc:  # noqa: BLE001 - reported as that side's result
+            failed[name] = f"installing {' '.join(requirements)} failed: {exc}"[:500]
 
     with contextlib.ExitStack() as stack:
         targets: list[workload.Target] = []
         databases: dict[str, str] = {}
-        try:
-            target, server = stack.enter_context(
-                workload.criogen_server("postgres", tmp, asgi_server=args.server)
-            )
-            targets.append(target)
-            databases["criogen"] = server.database_url.rsplit("/", 1)[1]
-        except Exception as exc:  # noqa: BLE001 - reported as Criogen's result
-            failed["criogen"] = f"starting failed: {type(exc).__name__}: {exc}"[:500]
-        if python is not None:
+        if "criogen" in wanted:
+            try:
+                target, server = stack.enter_context(
+                    workload.criogen_server("postgres", tmp, asgi_server=args.server)
+                )
+                targets.append(target)
+                databases["criogen"] = server.database_url.rsplit("/", 1)[1]
+            except Exception as exc:  # noqa: BLE001 - reported as Criogen's result
+                failed["criogen"] = f"starting failed: {type(exc).__name__}: {exc}"[:500]
+        if "aegra" in pythons:
             try:
                 db_name = stack.enter_context(workload.fresh_pg_database("aegra_bench"))
-                targets.append(stack.enter_context(aegra_server(python, db_name, tmp, overrides)))
+                targets.append(
+                    stack.enter_context(aegra_server(pythons["aegra"], db_name, tmp, overrides))
+                )
                 databases["aegra"] = db_name
             except Exception as exc:  # noqa: BLE001 - reported as Aegra's result
                 failed["aegra"] = f"starting failed: {type(exc).__name__}: {exc}"[:500]
+        if "langgraph" in pythons:
+            try:
+                targets.append(stack.enter_context(langgraph_server(pythons["langgraph"], tmp)))
+            except Exception as exc:  # noqa: BLE001 - reported as LangGraph's result
+                failed["langgraph"] = f"starting failed: {type(exc).__name__}: {exc}"[:500]
         if targets:
             with ConnectionProbe(databases) as probe:
                 report.update(asyncio.run(compare(targets, args, failed)))
             peaks = probe.peaks
     for name, reason in failed.items():
         report[name] = {"skipped": reason}
-    if "skipped" not in report.get("criogen", {}) and "skipped" not in report.get("aegra", {}):
-        report["ratios"] = ratios(report["criogen"], report["aegra"])
+    for name in ("criogen", *OTHERS):
+        if name not in wanted:
+            report[name] = {"skipped": "not asked for (--servers)"}
+    criogen = report.get("criogen") or {}
+    if "skipped" not in criogen:
+        report["ratios"] = {
+            name: ratios(criogen, report[name], name)
+            for name in OTHERS
+            if "skipped" not in report.get(name, {"skipped": ""})
+        }
     document = {
         "criogen": report.get("criogen"),
         "aegra": report.get("aegra"),
+        "langgraph": report.get("langgraph"),
         "ratios": report.get("ratios"),
+        "goals": {
+            name: {metric: f"{op} {bound}" for metric, (op, bound) in goals.items()}
+            for name, goals in GOALS.items()
+        },
         "workload": {
             "graph": workload.GRAPH,
             "run_input_bytes": len(json.dumps(workload.RUN_INPUT, separators=(",", ":"))),
@@ -485,16 +696,22 @@ def main() -> None:
             "rounds": args.rounds,
             "samples_per_latency_cell_and_round": args.samples,
             "search_threads": args.search_threads,
+            "search_shapes": list(workload.SEARCH_SHAPES),
             "history_checkpoints": args.history_checkpoints,
-            "order": "per cell: criogen, aegra, repeated --rounds times",
+            "deletes": f"{args.delete_threads or args.search_threads} of the seeded threads,"
+            " each round its share, by 16 clients",
+            "order": "per cell: criogen, aegra, langgraph, repeated --rounds times",
         },
         "servers": {
             "criogen": f"{args.server} criogen.asgi, 1 process, in-process runner, token auth, "
             + ", ".join(f"{k}={v}" for k, v in workload.PRODUCTION.items() if k != "SECRET_KEY"),
             "aegra": "uvicorn aegra_api.main:app, 1 worker, no reload, noop auth, "
             "ENV_MODE=PRODUCTION, LOG_LEVEL=WARNING"
-            + "".join(f", {k}={v}" for k, v in overrides.items()),
-            "postgresql": "127.0.0.1:5432, a fresh database per server",
+            + "".join(f", {k}={v}" for k, v in {**AEGRA_POOLS, **overrides}.items()),
+            "langgraph": "langgraph dev --no-browser --no-reload "
+            f"--n-jobs-per-worker {LANGGRAPH_JOBS} --server-log-level WARNING (in memory), "
+            + ", ".join(f"{k}={v}" for k, v in LANGGRAPH_ENV.items()),
+            "postgresql": "127.0.0.1:5432, a fresh database per server (not LangGraph's)",
         },
         "peak_connections": peaks,
         "versions": versions,

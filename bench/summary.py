@@ -1,4 +1,4 @@
-"""One table of issue 9's goals from the benchmarks' JSON documents.
+"""One table of the performance goals (issues 9 and 18) from the benchmarks' JSON documents.
 
 ``make bench`` writes each benchmark's JSON to ``bench/results/`` and ends with this
 script, which prints every goal with the figure that decides it and ``met`` or
@@ -25,6 +25,7 @@ VS_LANGGRAPH = 3.0
 VS_FLOOR = 0.5
 HTTP_RATE = 2.0
 HTTP_LATENCY = 0.5
+HTTP_VS_INMEM = 1.0
 CELERY_SCALING = 1.6
 GROWTH = 2.0
 SAME_COST = 1.25
@@ -75,23 +76,51 @@ def engine_rows(doc: dict[str, Any] | None) -> Iterator[Row]:
 
 
 HTTP_LABELS = {
-    "creates_16": ("HTTP creates/s (16 clients)", f">= {HTTP_RATE:g}x Aegra"),
-    "runs_16": ("HTTP runs.wait/s (16 clients)", f">= {HTTP_RATE:g}x Aegra"),
-    "get_state": ("HTTP get_state p50", f"<= {HTTP_LATENCY:g}x Aegra"),
-    "get_history": ("HTTP get_history p50", f"<= {HTTP_LATENCY:g}x Aegra"),
-    "search_metadata": ("HTTP search by metadata p50", f"<= {HTTP_LATENCY:g}x Aegra"),
-    "search_status": ("HTTP search by status p50", f"<= {HTTP_LATENCY:g}x Aegra"),
+    "creates_1": "creates/s (1 client)",
+    "creates_16": "creates/s (16 clients)",
+    "runs_16": "runs.wait/s (16 clients)",
+    "joins_16": "runs.create+join/s (16 clients)",
+    "deletes_16": "deletes/s (16 clients)",
+    "get_state": "get_state p50",
+    "get_history": "get_history(10) p50",
+    "get_history_50": "get_history(50) p50",
+    "search_first_page": "search first page p50",
+    "search_metadata": "search by metadata p50",
+    "search_status": "search by status p50",
+    "search_metadata_status": "search metadata+status p50",
+    "search_offset": "search at offset p50",
 }
+HTTP_GOALS = {
+    "aegra": {
+        **dict.fromkeys(list(HTTP_LABELS)[:5], f">= {HTTP_RATE:g}x"),
+        **dict.fromkeys(list(HTTP_LABELS)[5:], f"<= {HTTP_LATENCY:g}x"),
+    },
+    "langgraph": dict.fromkeys(list(HTTP_LABELS)[5:], f"<= {HTTP_VS_INMEM:g}x"),
+}
+"""Issue 18's HTTP goals: against Aegra every throughput and every p50; against
+LangGraph's in-memory server the read p50s."""
+HTTP_NAMES = {"aegra": "Aegra", "langgraph": "LangGraph in-mem"}
 
 
 def http_rows(doc: dict[str, Any] | None) -> Iterator[Row]:
-    ratios = (doc or {}).get("ratios") or {}
-    for metric, (area, goal) in HTTP_LABELS.items():
-        entry = ratios.get(metric)
-        if not entry or entry.get("ratio") is None:
-            yield Row(area, goal, "http_compare.json missing or a side skipped", "not run")
-            continue
-        yield Row(area, goal, f"{entry['ratio']:.2f}x Aegra", _verdict(bool(entry.get("met"))))
+    by_server = (doc or {}).get("ratios") or {}
+    for other, goals in HTTP_GOALS.items():
+        ratios = by_server.get(other) or {}
+        skipped = ((doc or {}).get(other) or {}).get("skipped")
+        for metric, goal in goals.items():
+            area = f"HTTP {HTTP_LABELS[metric]} vs {other}"
+            target = f"{goal} {HTTP_NAMES[other]}"
+            entry = ratios.get(metric)
+            if not isinstance(entry, dict) or entry.get("ratio") is None:
+                why = f"{other} skipped" if skipped else "http_compare.json missing or no figure"
+                yield Row(area, target, why, "not run")
+                continue
+            yield Row(
+                area,
+                target,
+                f"{entry['ratio']:.2f}x {HTTP_NAMES[other]}",
+                _verdict(bool(entry.get("met"))),
+            )
 
 
 def celery_rows(doc: dict[str, Any] | None) -> Iterator[Row]:
@@ -116,6 +145,24 @@ def celery_rows(doc: dict[str, Any] | None) -> Iterator[Row]:
             f"{ratio:.2f}x{note}",
             _verdict(ratio >= CELERY_SCALING),
         )
+
+
+def capacity_rows(doc: dict[str, Any] | None) -> Iterator[Row]:
+    goal = "2 workers within ±25% of the projection"
+    check = ((doc or {}).get("projection") or {}).get("check")
+    if not check:
+        why = "celery_capacity.json missing" if doc is None else "1 or 2 workers not measured"
+        yield Row("Celery capacity", goal, why, "not run")
+        return
+    proj = doc["projection"] if doc else {}
+    per_run = proj.get("server_cpu_ms_per_run")
+    yield Row(
+        "Celery capacity",
+        goal.replace("25%", f"{check.get('tolerance', 0.25):.0%}"),
+        f"{check['measured_2_workers_runs_per_s']:g}/s vs {check['projected_for_this_machine']:g}"
+        f" ({check['measured_vs_projected']}x; {per_run:g} ms server CPU/run)",
+        _verdict(bool(check.get("holds"))),
+    )
 
 
 def storage_rows(doc: dict[str, Any] | None) -> Iterator[Row]:
@@ -175,6 +222,7 @@ def rows(results: Path) -> list[Row]:
         *engine_rows(_load(results, "langgraph_compare")),
         *http_rows(_load(results, "http_compare")),
         *celery_rows(_load(results, "runner")),
+        *capacity_rows(_load(results, "celery_capacity")),
         *storage_rows(_load(results, "engine")),
         *scale_rows(_load(results, "scale")),
         *memory_rows(_load(results, "memory")),

@@ -3,9 +3,11 @@
 
 START → a → b → c → END; each node appends its name to ``steps`` (an append reducer)
 and adds one to ``n``; ``sleep`` makes node b sleep and ``fail`` makes it raise, as in
-Criogen's example. ``payload`` rides along unchanged, so both servers carry the same
-state. ``bench/http_compare.py`` serves this file from ``bench/.venvs/aegra``; it
-imports nothing from Criogen. (No ``from __future__ import annotations``: Aegra loads
+Criogen's example. ``payload`` rides along unchanged, so every server carries the same
+state. ``bench/http_compare.py`` serves this file with Aegra from ``bench/.venvs/aegra``
+(``aegra.json``) and with LangGraph's in-memory server from ``bench/.venvs/langgraph``
+(``langgraph.json``, e.g. ``cd bench/aegra && langgraph dev --no-browser``); it imports
+nothing from Criogen. (No ``from __future__ import annotations``: Aegra loads
 the file outside ``sys.modules``, where LangGraph could not resolve the state's
 string annotations.)
 """

@@ -23,7 +23,7 @@ import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import connections, transaction
 from django.db.models import Q
@@ -42,7 +42,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from criogen.engine.crypto import Cipher, open_without_key
 from criogen.engine.store import Storage
-from criogen.storage.models.langgraph import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
+
+if TYPE_CHECKING:
+    from criogen.storage.models.langgraph import LangGraphCheckpoint
 
 __all__ = ["CriogenSaver"]
 
@@ -118,6 +120,10 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             )
         self.storage = storage
         self.alias: str = alias
+        # Imported once the storage has set Django up (a plain script has no project).
+        from criogen.storage.models import langgraph as tables
+
+        self._tables = tables
         self.cipher: Cipher | None = storage.cipher
 
     # -- payloads: LangGraph's serializer, then sealed ----------------------------------
@@ -141,7 +147,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
     # -- reading -----------------------------------------------------------------------
 
     def _checkpoints(self) -> Any:
-        return LangGraphCheckpoint.objects.using(self.alias)
+        return self._tables.LangGraphCheckpoint.objects.using(self.alias)
 
     def _tuple(self, row: LangGraphCheckpoint) -> CheckpointTuple:
         body = self._load(row.type, row.checkpoint, row.sealed)
@@ -149,7 +155,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         versions = checkpoint.get("channel_versions") or {}
         checkpoint["channel_values"] = self._channel_values(row, versions)
         writes = (
-            LangGraphWrite.objects.using(self.alias)
+            self._tables.LangGraphWrite.objects.using(self.alias)
             .filter(
                 thread_id=row.thread_id,
                 checkpoint_ns=row.checkpoint_ns,
@@ -174,7 +180,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         if not versions:
             return {}
         wanted = {(channel, str(version)) for channel, version in versions.items()}
-        blobs = LangGraphBlob.objects.using(self.alias).filter(
+        blobs = self._tables.LangGraphBlob.objects.using(self.alias).filter(
             thread_id=row.thread_id,
             checkpoint_ns=row.checkpoint_ns,
             channel__in={c for c, _ in wanted},
@@ -260,7 +266,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             else:
                 b_kind, b_data, b_sealed = _EMPTY, None, False
             blobs.append(
-                LangGraphBlob(
+                self._tables.LangGraphBlob(
                     thread_id=thread_id,
                     checkpoint_ns=ns,
                     channel=channel,
@@ -270,7 +276,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
                     sealed=b_sealed,
                 )
             )
-        row = LangGraphCheckpoint(
+        row = self._tables.LangGraphCheckpoint(
             thread_id=thread_id,
             checkpoint_ns=ns,
             checkpoint_id=checkpoint["id"],
@@ -282,7 +288,9 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         )
         with transaction.atomic(using=self.alias):
             # A version names one value: a blob already stored is the same one.
-            LangGraphBlob.objects.using(self.alias).bulk_create(blobs, ignore_conflicts=True)
+            self._tables.LangGraphBlob.objects.using(self.alias).bulk_create(
+                blobs, ignore_conflicts=True
+            )
             # The same checkpoint put again (a retried step) replaces the first.
             self._checkpoints().bulk_create(
                 [row],
@@ -304,7 +312,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         for index, (channel, value) in enumerate(writes):
             kind, data, sealed = self._dump(value)
             rows.append(
-                LangGraphWrite(
+                self._tables.LangGraphWrite(
                     thread_id=conf["thread_id"],
                     checkpoint_ns=conf.get("checkpoint_ns") or "",
                     checkpoint_id=conf["checkpoint_id"],
@@ -319,7 +327,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             )
         if not rows:
             return
-        manager = LangGraphWrite.objects.using(self.alias)
+        manager = self._tables.LangGraphWrite.objects.using(self.alias)
         if all(channel in WRITES_IDX_MAP for channel, _ in writes):
             manager.bulk_create(
                 rows,
@@ -333,8 +341,9 @@ class CriogenSaver(BaseCheckpointSaver[str]):
     # -- deleting, copying, pruning ----------------------------------------------------
 
     def _delete_thread(self, thread_id: str) -> None:
+        t = self._tables
         with transaction.atomic(using=self.alias):
-            for model in (LangGraphWrite, LangGraphBlob, LangGraphCheckpoint):
+            for model in (t.LangGraphWrite, t.LangGraphBlob, t.LangGraphCheckpoint):
                 model.objects.using(self.alias).filter(thread_id=thread_id).delete()
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -352,11 +361,12 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             match = Q()
             for thread_id, ns, checkpoint_id in keys[start : start + _PAGE]:
                 match |= Q(thread_id=thread_id, checkpoint_ns=ns, checkpoint_id=checkpoint_id)
-            LangGraphWrite.objects.using(self.alias).filter(match).delete()
+            self._tables.LangGraphWrite.objects.using(self.alias).filter(match).delete()
 
     def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        t = self._tables
         with transaction.atomic(using=self.alias):
-            for model in (LangGraphBlob, LangGraphCheckpoint, LangGraphWrite):
+            for model in (t.LangGraphBlob, t.LangGraphCheckpoint, t.LangGraphWrite):
                 manager = model.objects.using(self.alias)
                 rows = list(manager.filter(thread_id=source_thread_id).order_by("pk"))
                 for row in rows:
@@ -388,11 +398,11 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             keep_blobs = Q()
             for channel, version in held:
                 keep_blobs |= Q(channel=channel, version=str(version))
-            blobs = LangGraphBlob.objects.using(self.alias).filter(
+            blobs = self._tables.LangGraphBlob.objects.using(self.alias).filter(
                 thread_id=thread_id, checkpoint_ns=ns
             )
             (blobs.exclude(keep_blobs) if held else blobs).delete()
-            LangGraphWrite.objects.using(self.alias).filter(
+            self._tables.LangGraphWrite.objects.using(self.alias).filter(
                 thread_id=thread_id, checkpoint_ns=ns
             ).exclude(checkpoint_id=latest.checkpoint_id).delete()
             in_ns.exclude(pk=latest.pk).delete()

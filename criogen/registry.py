@@ -169,7 +169,8 @@ def _load(graph_id: str) -> Any:
     if hasattr(obj, "with_storage"):
         return obj.with_storage(storage())
     if langgraph_graphs.is_langgraph_object(obj) or langgraph_graphs.is_factory(obj):
-        return langgraph_graphs.load_langgraph(graph_id, target, obj, langgraph_saver())
+        loaded = langgraph_graphs.load_langgraph(graph_id, target, obj, langgraph_saver())
+        return loaded.bind(storage(), lease_seconds=lease, durability=durability)
     raise GraphNotFound(
         f"graph {graph_id!r} ({target!r}) is a {type(obj).__name__}, not a Workflow, "
         "CompiledWorkflow, Agent or LangGraph graph.",

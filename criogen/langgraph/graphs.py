@@ -217,7 +217,8 @@ class _Drawing:
 
 
 class LangGraphGraph:
-    """A LangGraph graph in the registry: compiled, with the Criogen checkpointer.
+    """A LangGraph graph in the registry: compiled, with the Criogen checkpointer, and
+    run by Criogen's runner through a bridge workflow (:mod:`criogen.langgraph.bridge`).
 
     Attributes:
         graph_id: its id in the registry.
@@ -225,9 +226,14 @@ class LangGraphGraph:
         compiled: the compiled LangGraph graph, whose checkpointer is a
             :class:`~criogen.langgraph.CriogenSaver` on the project's database.
         graph: its nodes and edges, in the shape the REST API draws.
+        workflow: the bridge, a Criogen ``CompiledWorkflow`` (after :meth:`bind`); the
+            runner and the thread verbs use it (:meth:`thread`, and any other
+            attribute, are its).
     """
 
     kind = "langgraph"
+    supports_should_stop = True
+    """The runner may pass ``should_stop`` (the bridge stops between its steps)."""
 
     def __init__(self, graph_id: str, target: str, compiled: Any) -> None:
         self.graph_id = graph_id
@@ -235,6 +241,31 @@ class LangGraphGraph:
         self.compiled = compiled
         self.name = graph_id
         self.graph = _drawing(compiled)
+        self.workflow: Any = None
+
+    def bind(self, storage: Any, **options: Any) -> LangGraphGraph:
+        """Compile the bridge workflow on ``storage`` (``options``: the runner's
+        ``lease_seconds``, ``durability``); returns self."""
+        from criogen.langgraph.bridge import bridge_workflow
+
+        self.workflow = bridge_workflow(self.graph_id, self.compiled).compile(
+            storage=storage, **options
+        )
+        return self
+
+    def thread(self, thread_id: str) -> Any:
+        """The bridge workflow's thread ``thread_id`` (run, resume, state, history…)."""
+        return self._bound().thread(thread_id)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "workflow":
+            raise AttributeError(name)
+        return getattr(self._bound(), name)
+
+    def _bound(self) -> Any:
+        if self.workflow is None:
+            raise RuntimeError(f"graph {self.graph_id!r} is not bound to a storage: bind() it")
+        return self.workflow
 
     @property
     def checkpointer(self) -> Any:

@@ -90,6 +90,11 @@ def _config(ctx: NodeContext) -> dict[str, Any]:
 def _run_turn(compiled: Any, state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
     config = _config(ctx)
     snapshot = compiled.get_state(config)
+    if ctx.step <= 1 and snapshot.created_at is not None:
+        # The thread's first turn, yet LangGraph has checkpoints under its id: left by a
+        # thread of that id that was deleted. They are not this thread's.
+        compiled.checkpointer.delete_thread(ctx.thread_id)
+        snapshot = compiled.get_state(config)
     if _interrupts(snapshot):
         # LangGraph waits already (the run stopped before the bridge suspended): the
         # next node asks for the answer.

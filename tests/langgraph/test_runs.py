@@ -52,6 +52,10 @@ async def test_an_interrupt_suspends_the_thread_and_a_resume_finishes_it(server:
         again = await client.runs.wait(
             tid, "helpdesk", input={"topic": "seals", "notes": [], "approved": False}
         )
+        # A thread deleted and made again under the same id starts afresh.
+        await client.threads.delete(tid)
+        await client.threads.create(thread_id=tid)
+        reborn = await client.runs.wait(tid, "helpdesk", input=START)
     finally:
         await client.aclose()
 
@@ -75,3 +79,4 @@ async def test_an_interrupt_suspends_the_thread_and_a_resume_finishes_it(server:
     # A new turn goes on from the finished one (the notes reducer appends).
     assert again["notes"][-1] == "draft about seals"
     assert again["notes"][:3] == final["notes"]
+    assert reborn["notes"] == ["draft about otters"]

@@ -91,8 +91,9 @@ def _run_turn(compiled: Any, state: dict[str, Any], ctx: NodeContext) -> dict[st
     config = _config(ctx)
     snapshot = compiled.get_state(config)
     if ctx.step <= 1 and snapshot.created_at is not None:
-        # The thread's first turn, yet LangGraph has checkpoints under its id: left by a
-        # thread of that id that was deleted. They are not this thread's.
+        # The thread's first turn, yet LangGraph has checkpoints under its id: not this
+        # thread's (deleting a thread takes its rows along, but a statement that
+        # bypasses the ORM's cascade would leave them).
         compiled.checkpointer.delete_thread(ctx.thread_id)
         snapshot = compiled.get_state(config)
     if _interrupts(snapshot):

@@ -295,7 +295,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             self._checkpoints().bulk_create(
                 [row],
                 update_conflicts=True,
-                unique_fields=["thread_id", "checkpoint_ns", "checkpoint_id"],
+                unique_fields=["thread", "checkpoint_ns", "checkpoint_id"],
                 update_fields=["parent_checkpoint_id", "run_id", "type", "checkpoint", "sealed"],
             )
         return _config(thread_id, ns, checkpoint["id"])
@@ -332,7 +332,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             manager.bulk_create(
                 rows,
                 update_conflicts=True,
-                unique_fields=["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                unique_fields=["thread", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
                 update_fields=["task_path", "channel", "type", "blob", "sealed"],
             )
         else:

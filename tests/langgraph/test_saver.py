@@ -186,6 +186,25 @@ def test_sealed_rows_need_the_key(database: str) -> None:
     assert _graph(CriogenSaver(rotated)).get_state(config).values["topic"] == "keys"
 
 
+def test_deleting_a_criogen_thread_deletes_its_langgraph_rows(database: str) -> None:
+    from criogen.storage.models import LangGraphCheckpoint, Thread
+
+    storage = Storage(database, encryption_key=False)
+    graph = _graph(CriogenSaver(storage))
+    served, alone = _config(), _config()
+    Thread.objects.using(storage.alias).create(id=served["configurable"]["thread_id"])  # type: ignore[attr-defined]
+    for config in (served, alone):
+        graph.invoke({"topic": "tides", "notes": [], "approved": False}, config)
+
+    assert storage.delete_thread(served["configurable"]["thread_id"])
+
+    assert _raw_rows(storage, served["configurable"]["thread_id"]) == b""
+    assert graph.get_state(served).values == {}
+    assert graph.get_state(alone).values["topic"] == "tides"
+    rows = LangGraphCheckpoint.objects.using(storage.alias)  # type: ignore[attr-defined]
+    assert rows.filter(thread_id=alone["configurable"]["thread_id"]).exists()
+
+
 def test_it_needs_a_database() -> None:
     with pytest.raises(TypeError, match="InMemorySaver"):
         CriogenSaver(Storage())

@@ -1,6 +1,8 @@
 """The LangGraph checkpointer's tables (criogen.langgraph.CriogenSaver): checkpoints,
-channel blobs and pending writes."""
+channel blobs and pending writes, each row's thread a foreign key without a database
+constraint (a deleted thread takes its rows along; a saver on its own stores any id)."""
 
+import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
@@ -16,24 +18,23 @@ class Migration(migrations.Migration):
             name='LangGraphBlob',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('thread_id', models.CharField(max_length=255)),
                 ('checkpoint_ns', models.CharField(blank=True, default='', max_length=255)),
                 ('channel', models.CharField(max_length=255)),
                 ('version', models.CharField(max_length=64)),
                 ('type', models.CharField(max_length=32)),
                 ('blob', models.BinaryField(null=True)),
                 ('sealed', models.BooleanField(default=False)),
+                ('thread', models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='langgraph_blobs', to='criogen.thread')),
             ],
             options={
                 'db_table': 'criogen_lg_blob',
-                'constraints': [models.UniqueConstraint(fields=('thread_id', 'checkpoint_ns', 'channel', 'version'), name='criogen_lg_blob_key')],
+                'constraints': [models.UniqueConstraint(fields=('thread', 'checkpoint_ns', 'channel', 'version'), name='criogen_lg_blob_key')],
             },
         ),
         migrations.CreateModel(
             name='LangGraphCheckpoint',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('thread_id', models.CharField(max_length=255)),
                 ('checkpoint_ns', models.CharField(blank=True, default='', max_length=255)),
                 ('checkpoint_id', models.CharField(max_length=64)),
                 ('parent_checkpoint_id', models.CharField(blank=True, default='', max_length=64)),
@@ -42,18 +43,18 @@ class Migration(migrations.Migration):
                 ('checkpoint', models.BinaryField()),
                 ('sealed', models.BooleanField(default=False)),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('thread', models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='langgraph_checkpoints', to='criogen.thread')),
             ],
             options={
                 'db_table': 'criogen_lg_checkpoint',
                 'indexes': [models.Index(fields=['run_id'], name='criogen_lg_checkpoint_run_idx')],
-                'constraints': [models.UniqueConstraint(fields=('thread_id', 'checkpoint_ns', 'checkpoint_id'), name='criogen_lg_checkpoint_key')],
+                'constraints': [models.UniqueConstraint(fields=('thread', 'checkpoint_ns', 'checkpoint_id'), name='criogen_lg_checkpoint_key')],
             },
         ),
         migrations.CreateModel(
             name='LangGraphWrite',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('thread_id', models.CharField(max_length=255)),
                 ('checkpoint_ns', models.CharField(blank=True, default='', max_length=255)),
                 ('checkpoint_id', models.CharField(max_length=64)),
                 ('task_id', models.CharField(max_length=255)),
@@ -63,10 +64,11 @@ class Migration(migrations.Migration):
                 ('type', models.CharField(max_length=32)),
                 ('blob', models.BinaryField()),
                 ('sealed', models.BooleanField(default=False)),
+                ('thread', models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='langgraph_writes', to='criogen.thread')),
             ],
             options={
                 'db_table': 'criogen_lg_write',
-                'constraints': [models.UniqueConstraint(fields=('thread_id', 'checkpoint_ns', 'checkpoint_id', 'task_id', 'idx'), name='criogen_lg_write_key')],
+                'constraints': [models.UniqueConstraint(fields=('thread', 'checkpoint_ns', 'checkpoint_id', 'task_id', 'idx'), name='criogen_lg_write_key')],
             },
         ),
     ]

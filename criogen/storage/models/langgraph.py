@@ -9,6 +9,11 @@ makes of them (``type`` + bytes); with an encryption key they are sealed
 checkpoint ids, channel names, versions and run ids stay in clear: they are what the
 tables are looked up by.
 
+Each row's thread is a foreign key to :class:`~criogen.storage.models.Thread` without a
+database constraint: a thread served by Criogen takes its LangGraph rows with it when
+it is deleted (the ORM's cascade), and a saver used on its own (LangGraph's
+conformance suite, a script) stores threads Criogen never made.
+
 This module imports nothing from LangGraph: the tables exist, empty, whether or not
 the ``langgraph`` extra is installed.
 """
@@ -18,13 +23,26 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from criogen.storage.models.threads import Thread
+
 __all__ = ["LangGraphBlob", "LangGraphCheckpoint", "LangGraphWrite"]
+
+
+def _thread(name: str) -> models.ForeignKey:
+    # No constraint, no index of its own: the table's unique key starts with it.
+    return models.ForeignKey(
+        Thread,
+        on_delete=models.CASCADE,
+        db_constraint=False,
+        db_index=False,
+        related_name=name,
+    )
 
 
 class LangGraphCheckpoint(models.Model):
     """One LangGraph checkpoint of a thread's namespace (``""`` for the root graph)."""
 
-    thread_id = models.CharField(max_length=255)
+    thread = _thread("langgraph_checkpoints")
     checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
     checkpoint_id = models.CharField(max_length=64)
     """LangGraph's id (a UUID v6): unique per namespace, and ordered by time."""
@@ -42,7 +60,7 @@ class LangGraphCheckpoint(models.Model):
         db_table = "criogen_lg_checkpoint"
         constraints = [
             models.UniqueConstraint(
-                fields=["thread_id", "checkpoint_ns", "checkpoint_id"],
+                fields=["thread", "checkpoint_ns", "checkpoint_id"],
                 name="criogen_lg_checkpoint_key",
             )
         ]
@@ -59,7 +77,7 @@ class LangGraphCheckpoint(models.Model):
 class LangGraphBlob(models.Model):
     """A channel's value at one version; checkpoints name the versions they hold."""
 
-    thread_id = models.CharField(max_length=255)
+    thread = _thread("langgraph_blobs")
     checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
     channel = models.CharField(max_length=255)
     version = models.CharField(max_length=64)
@@ -72,7 +90,7 @@ class LangGraphBlob(models.Model):
         db_table = "criogen_lg_blob"
         constraints = [
             models.UniqueConstraint(
-                fields=["thread_id", "checkpoint_ns", "channel", "version"],
+                fields=["thread", "checkpoint_ns", "channel", "version"],
                 name="criogen_lg_blob_key",
             )
         ]
@@ -84,7 +102,7 @@ class LangGraphBlob(models.Model):
 class LangGraphWrite(models.Model):
     """A pending write of one task, made after the checkpoint it names."""
 
-    thread_id = models.CharField(max_length=255)
+    thread = _thread("langgraph_writes")
     checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
     checkpoint_id = models.CharField(max_length=64)
     task_id = models.CharField(max_length=255)
@@ -101,7 +119,7 @@ class LangGraphWrite(models.Model):
         db_table = "criogen_lg_write"
         constraints = [
             models.UniqueConstraint(
-                fields=["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                fields=["thread", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
                 name="criogen_lg_write_key",
             )
         ]

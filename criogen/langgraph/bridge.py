@@ -54,14 +54,15 @@ INTERRUPT = "__interrupt__"
 """The bridge's second node: it waits for the answer to a LangGraph interrupt."""
 
 
-def bridge_workflow(graph_id: str, compiled: Any) -> Workflow:
+def bridge_workflow(graph_id: str, compiled: Any, alias: str | None = None) -> Workflow:
     """A Criogen workflow running the LangGraph graph ``compiled`` (already compiled
     with a :class:`CriogenSaver`): the node ``graph_id`` runs a turn, and the node
     ``__interrupt__`` suspends at each LangGraph interrupt and resumes the graph with
-    the answer; each writes the LangGraph values as the thread's state."""
+    the answer; each writes the LangGraph values as the thread's state. ``alias``: the
+    database whose runs hold each turn's input (None: the state is the input)."""
 
     def run(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
-        return _run_turn(compiled, state, ctx)
+        return _run_turn(compiled, state, ctx, alias)
 
     def answer(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
         return _answer(compiled, ctx)
@@ -87,7 +88,9 @@ def _config(ctx: NodeContext) -> dict[str, Any]:
     return {"configurable": {"thread_id": ctx.thread_id}}
 
 
-def _run_turn(compiled: Any, state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+def _run_turn(
+    compiled: Any, state: dict[str, Any], ctx: NodeContext, alias: str | None
+) -> dict[str, Any]:
     config = _config(ctx)
     snapshot = compiled.get_state(config)
     if ctx.step <= 1 and snapshot.created_at is not None:
@@ -102,7 +105,7 @@ def _run_turn(compiled: Any, state: dict[str, Any], ctx: NodeContext) -> dict[st
         return _values(snapshot)
     # A run that stopped between two LangGraph steps (a crash, a hand-back) goes on
     # from LangGraph's last checkpoint; otherwise a new turn with the run's input.
-    compiled.invoke(None if snapshot.next else _turn_input(state, ctx), config)
+    compiled.invoke(None if snapshot.next else _turn_input(state, ctx, alias), config)
     return _values(compiled.get_state(config))
 
 
@@ -137,14 +140,14 @@ def _interrupts(snapshot: Any) -> list[tuple[str, Any]]:
     return [(task.name, i) for task in snapshot.tasks for i in task.interrupts]
 
 
-def _turn_input(state: dict[str, Any], ctx: NodeContext) -> Any:
+def _turn_input(state: dict[str, Any], ctx: NodeContext, alias: str | None) -> Any:
     """The run's input as the client sent it (the Criogen state has it merged in, and
     LangGraph's reducers must see it once); the state when no run row has it (a
-    workflow thread used from Python)."""
-    try:
-        from criogen.storage.models import Run
+    thread run from Python, not by the runner)."""
+    if alias is None:
+        return state
+    from criogen.storage.models import Run
 
-        row = Run.objects.filter(run_id=ctx.run_id).values_list("input", flat=True).first()
-    except Exception:  # noqa: BLE001 - no project database: the plain-Python path
-        row = None
-    return row if row is not None else state
+    row = Run.objects.using(alias).filter(run_id=ctx.run_id).values_list("input", flat=True)
+    found = row.first()
+    return found if found is not None else state

@@ -248,7 +248,8 @@ class LangGraphGraph:
         ``lease_seconds``, ``durability``); returns self."""
         from criogen.langgraph.bridge import bridge_workflow
 
-        self.workflow = bridge_workflow(self.graph_id, self.compiled).compile(
+        alias = getattr(storage, "alias", None)
+        self.workflow = bridge_workflow(self.graph_id, self.compiled, alias).compile(
             storage=storage, **options
         )
         return self

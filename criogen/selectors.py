@@ -617,7 +617,9 @@ def first_run_version(*, thread_id: str, run_id: str) -> int | None:
 def _assistants(
     metadata: Mapping[str, Any] | None, graph_id: str | None, name: str | None
 ) -> QuerySet[Assistant]:
-    qs = Assistant.objects.filter(graph_id__in=list(settings.CRIOGEN_ASSISTANTS))
+    from criogen.registry import graph_ids  # settings' graphs and langgraph.json's
+
+    qs = Assistant.objects.filter(graph_id__in=graph_ids())
     if graph_id:
         qs = qs.filter(graph_id=graph_id)
     if name:

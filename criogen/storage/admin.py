@@ -299,3 +299,41 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 request, f"The new token (copy it now, it is not shown again): {token}"
             )
         super().save_model(request, obj, form, change)
+
+
+# -- LangGraph checkpoints (criogen.langgraph.CriogenSaver) --------------------------------
+
+from criogen.storage.models import LangGraphCheckpoint  # noqa: E402
+
+
+@admin.register(LangGraphCheckpoint)
+class LangGraphCheckpointAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Where a LangGraph thread stands: its checkpoints by namespace and run. Payloads
+    are the serializer's bytes (sealed when encryption is on): not shown."""
+
+    # thread_id, not thread: a saver used on its own stores threads Criogen never made.
+    list_display = ("thread_id", "checkpoint_ns", "checkpoint_id", "run_id", "sealed", "created_at")
+    list_filter = ("sealed",)
+    search_fields = ("checkpoint_id", "run_id")
+    ordering = ("-created_at",)
+    fields = (
+        "thread_id",
+        "checkpoint_ns",
+        "checkpoint_id",
+        "parent_checkpoint_id",
+        "run_id",
+        "type",
+        "sealed",
+        "created_at",
+    )
+    readonly_fields = fields
+
+    def get_search_results(self, request: HttpRequest, queryset: Any, search_term: str) -> Any:
+        # A thread id matches exactly (the foreign key has no text lookups).
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        if search_term:
+            found |= queryset.filter(thread_id=search_term.strip())
+        return found, duplicates
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

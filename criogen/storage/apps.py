@@ -17,8 +17,11 @@ class StorageConfig(AppConfig):
         # Only inside the Django project (it configures the runner and a channel
         # layer); a plain script's Storage("sqlite://…") sets up Django without them.
         if hasattr(settings, "CRIOGEN_RUNNER") and hasattr(settings, "CHANNEL_LAYERS"):
-            from criogen import dispatch, events, runner
+            from criogen import dispatch, events, registry, runner
 
+            # A langgraph.json that cannot be read, or LangGraph graphs without LangGraph
+            # installed, stop the start here with the reason (not at the first run).
+            registry.check_configuration()
             # The services hand committed runs to this runner (they never import it).
             dispatch.register(runner)
             events.install()

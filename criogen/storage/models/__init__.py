@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from criogen.storage.models.agents import AuditEvent, Decision, Document, Effect, MemoryFact
 from criogen.storage.models.crons import Cron
+from criogen.storage.models.langgraph import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
 from criogen.storage.models.outbound import OutboundAttempt
 from criogen.storage.models.runs import Assistant, DeadlineFiring, Run
 from criogen.storage.models.threads import Checkpoint, Thread, Value
@@ -19,6 +20,9 @@ __all__ = [
     "DeadlineFiring",
     "Decision",
     "Document",
+    "LangGraphBlob",
+    "LangGraphCheckpoint",
+    "LangGraphWrite",
     "Effect",
     "MemoryFact",
     "OutboundAttempt",

@@ -1,0 +1,153 @@
+"""Runs of a LangGraph graph on Criogen's runner: a one-node Criogen workflow around it.
+
+The runner, the leases, the REST threads/state/history and the operator verbs all
+speak Criogen's own workflows. A LangGraph graph joins them as a workflow of one node,
+named after the graph, that drives the LangGraph graph on the same thread id:
+
+- a new turn invokes the graph with the run's input (continuing where LangGraph's own
+  checkpoints stand: a run that died mid-way goes on from its last checkpoint);
+- a LangGraph ``interrupt(value)`` becomes a Criogen suspension (``suspend``) whose
+  payload is the value, so the thread is *interrupted* over the REST API and waits in
+  the inbox;
+- resuming the thread (``Command(resume=...)``) runs the node again, which resumes
+  the LangGraph graph with that value.
+
+The Criogen state of the thread is the LangGraph graph's values, as JSON (messages and
+other objects as their JSON form). LangGraph's own checkpoints, with every step and
+pending write, are in the ``criogen_lg_*`` tables through :class:`CriogenSaver`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+from typing import Any
+
+from criogen.engine.workflows import END, START, NodeContext, Workflow, suspend
+
+__all__ = ["INTERRUPT", "bridge_workflow", "jsonable"]
+
+_waiting: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "criogen_langgraph_waiting", default=False
+)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON data: pydantic models (LangChain messages) by ``model_dump``,
+    dataclasses by their fields, sets and tuples as lists, anything else by ``str``."""
+    return json.loads(json.dumps(value, default=_default))
+
+
+def _default(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+INTERRUPT = "__interrupt__"
+"""The bridge's second node: it waits for the answer to a LangGraph interrupt."""
+
+
+def bridge_workflow(graph_id: str, compiled: Any, alias: str | None = None) -> Workflow:
+    """A Criogen workflow running the LangGraph graph ``compiled`` (already compiled
+    with a :class:`CriogenSaver`): the node ``graph_id`` runs a turn, and the node
+    ``__interrupt__`` suspends at each LangGraph interrupt and resumes the graph with
+    the answer; each writes the LangGraph values as the thread's state. ``alias``: the
+    database whose runs hold each turn's input (None: the state is the input)."""
+
+    def run(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        return _run_turn(compiled, state, ctx, alias)
+
+    def answer(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        return _answer(compiled, ctx)
+
+    def route(state: dict[str, Any]) -> str:
+        # A route sees the state only: the node that just ran left whether LangGraph
+        # waits for an answer in _waiting (the engine routes right after the node, in
+        # its context).
+        return INTERRUPT if _waiting.get() else END
+
+    run.__name__ = graph_id
+    answer.__name__ = "interrupt"
+    workflow = Workflow(name=graph_id)
+    workflow.add_node(graph_id, run)
+    workflow.add_node(INTERRUPT, answer)
+    workflow.add_edge(START, graph_id)
+    workflow.add_conditional_edges(graph_id, route, {INTERRUPT: INTERRUPT, END: END})
+    workflow.add_conditional_edges(INTERRUPT, route, {INTERRUPT: INTERRUPT, END: END})
+    return workflow
+
+
+def _config(ctx: NodeContext) -> dict[str, Any]:
+    return {"configurable": {"thread_id": ctx.thread_id}}
+
+
+def _run_turn(
+    compiled: Any, state: dict[str, Any], ctx: NodeContext, alias: str | None
+) -> dict[str, Any]:
+    config = _config(ctx)
+    snapshot = compiled.get_state(config)
+    if ctx.step <= 1 and snapshot.created_at is not None:
+        # The thread's first turn, yet LangGraph has checkpoints under its id: not this
+        # thread's (deleting a thread takes its rows along, but a statement that
+        # bypasses the ORM's cascade would leave them).
+        compiled.checkpointer.delete_thread(ctx.thread_id)
+        snapshot = compiled.get_state(config)
+    if _interrupts(snapshot):
+        # LangGraph waits already (the run stopped before the bridge suspended): the
+        # next node asks for the answer.
+        return _values(snapshot)
+    # A run that stopped between two LangGraph steps (a crash, a hand-back) goes on
+    # from LangGraph's last checkpoint; otherwise a new turn with the run's input.
+    compiled.invoke(None if snapshot.next else _turn_input(state, ctx, alias), config)
+    return _values(compiled.get_state(config))
+
+
+def _answer(compiled: Any, ctx: NodeContext) -> dict[str, Any]:
+    from langgraph.types import Command
+
+    config = _config(ctx)
+    waiting = _interrupts(compiled.get_state(config))
+    if not waiting:
+        return _values(compiled.get_state(config))
+    node, first = waiting[0]
+    value = suspend(
+        f"{node}: waiting for an answer",
+        jsonable(first.value),
+        interrupt_id=first.id,
+        langgraph_node=node,
+        pending=len(waiting),
+    )
+    compiled.invoke(Command(resume=value), config)
+    return _values(compiled.get_state(config))
+
+
+def _values(snapshot: Any) -> dict[str, Any]:
+    """The LangGraph values as the Criogen state; whether LangGraph waits for an
+    answer is left for the route that follows."""
+    _waiting.set(bool(_interrupts(snapshot)))
+    return jsonable(dict(snapshot.values))
+
+
+def _interrupts(snapshot: Any) -> list[tuple[str, Any]]:
+    """The pending interrupts of a LangGraph state: (node, interrupt)."""
+    return [(task.name, i) for task in snapshot.tasks for i in task.interrupts]
+
+
+def _turn_input(state: dict[str, Any], ctx: NodeContext, alias: str | None) -> Any:
+    """The run's input as the client sent it (the Criogen state has it merged in, and
+    LangGraph's reducers must see it once); the state when no run row has it (a
+    thread run from Python, not by the runner)."""
+    if alias is None:
+        return state
+    from criogen.storage.models import Run
+
+    row = Run.objects.using(alias).filter(run_id=ctx.run_id).values_list("input", flat=True)
+    found = row.first()
+    return found if found is not None else state

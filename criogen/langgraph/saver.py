@@ -1,0 +1,572 @@
+"""CriogenSaver: LangGraph's checkpointer interface on Criogen's database.
+
+LangGraph graphs compiled with ``checkpointer=CriogenSaver(...)`` keep their
+checkpoints, channel values and pending writes in the tables of
+:mod:`criogen.storage.models.langgraph`, on SQLite or PostgreSQL, through the Django
+connection of a Criogen :class:`~criogen.Storage`. With an encryption key (the
+storage's: ``CRIOGEN_ENCRYPTION_KEY`` or ``encryption_key=``) every payload is sealed
+before it reaches the database, as Criogen's own checkpoints are.
+
+Every method runs its statements on the saver's database threads (a small pool per
+database, shared by the savers of the process), the ``a*`` methods without blocking
+the event loop. LangGraph calls a checkpointer from threads of its own that come and go
+(its background writes, its sync nodes); a Django connection belongs to the thread that
+opened it, so opened there it would be left open when the thread ends. On the pool's
+long-lived threads each connection is opened once and reused. The saver's writes are
+therefore not part of a transaction the caller has open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.db import connections, transaction
+from django.db.models import Q
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from criogen.engine.crypto import Cipher, open_without_key
+from criogen.engine.store import Storage
+
+if TYPE_CHECKING:
+    from criogen.storage.models.langgraph import LangGraphCheckpoint
+
+__all__ = ["CriogenSaver"]
+
+_PAGE = 100
+"""Checkpoints read per query when listing (a filter is applied after decoding)."""
+_EMPTY = "empty"
+"""The type of a channel blob that has no value (the channel was cleared)."""
+_THREADS = {"sqlite": 1, "postgresql": 4}
+"""Database threads per database: SQLite has one writer at a time anyway."""
+
+T = TypeVar("T")
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+_local = threading.local()
+
+
+def _pool(alias: str) -> ThreadPoolExecutor:
+    with _pools_lock:
+        pool = _pools.get(alias)
+        if pool is None:
+            workers = _THREADS.get(connections[alias].vendor, 2)
+            pool = _pools[alias] = ThreadPoolExecutor(
+                max_workers=workers,
+                thread_name_prefix=f"criogen-langgraph-{alias}",
+                initializer=_mark_database_thread,
+            )
+        return pool
+
+
+def _mark_database_thread() -> None:
+    _local.database_thread = True
+
+
+def _on_database_thread(alias: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    connection = connections[alias]
+    # No request cycle closes a broken connection here: after a database error, a
+    # connection that no longer answers is dropped, and the next statement opens one.
+    if connection.errors_occurred:
+        if connection.is_usable():
+            connection.errors_occurred = False
+        else:
+            connection.close()
+    return fn(*args, **kwargs)
+
+
+class CriogenSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer storing in Criogen's database (SQLite or PostgreSQL).
+
+    Args:
+        storage: the Criogen storage whose database (and encryption key) to use: a
+            :class:`~criogen.Storage` on the Django ORM, or a ``sqlite://`` /
+            ``postgres://`` URL; default the project's ``default`` database
+            (``Storage.default()``).
+        serde: LangGraph's serializer (default: its ``JsonPlusSerializer``).
+
+    Raises:
+        TypeError: ``storage`` keeps no database (the in-memory ``Storage()``).
+    """
+
+    def __init__(
+        self, storage: Storage | str | None = None, *, serde: SerializerProtocol | None = None
+    ) -> None:
+        super().__init__(serde=serde)
+        if storage is None:
+            storage = Storage.default()
+        elif isinstance(storage, str):
+            storage = Storage(storage)
+        alias = getattr(storage, "alias", None)
+        if alias is None:
+            raise TypeError(
+                "CriogenSaver needs a storage with a database (sqlite:// or postgres://), "
+                f"not {type(storage).__name__}; for memory use LangGraph's InMemorySaver."
+            )
+        self.storage = storage
+        self.alias: str = alias
+        # Imported once the storage has set Django up (a plain script has no project).
+        from criogen.storage.models import langgraph as tables
+
+        self._tables = tables
+        self.cipher: Cipher | None = storage.cipher
+
+    # -- payloads: LangGraph's serializer, then sealed ----------------------------------
+
+    def _dump(self, value: Any) -> tuple[str, bytes, bool]:
+        kind, data = self.serde.dumps_typed(value)
+        if self.cipher is None:
+            return kind, data, False
+        # Fernet seals text: latin-1 maps each byte to one character and back, so any
+        # bytes (msgpack, pickle) go through unchanged.
+        return kind, self.cipher.seal(data.decode("latin-1")).encode("ascii"), True
+
+    def _load(self, kind: str, data: Any, sealed: bool) -> Any:
+        raw = bytes(data)  # PostgreSQL gives a memoryview
+        if sealed:
+            token = raw.decode("ascii")
+            text = self.cipher.open(token) if self.cipher else open_without_key(token)
+            raw = text.encode("latin-1")
+        return self.serde.loads_typed((kind, raw))
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _checkpoints(self) -> Any:
+        return self._tables.LangGraphCheckpoint.objects.using(self.alias)
+
+    def _tuple(self, row: LangGraphCheckpoint) -> CheckpointTuple:
+        body = self._load(row.type, row.checkpoint, row.sealed)
+        checkpoint: Checkpoint = body["checkpoint"]
+        versions = checkpoint.get("channel_versions") or {}
+        checkpoint["channel_values"] = self._channel_values(row, versions)
+        writes = (
+            self._tables.LangGraphWrite.objects.using(self.alias)
+            .filter(
+                thread_id=row.thread_id,
+                checkpoint_ns=row.checkpoint_ns,
+                checkpoint_id=row.checkpoint_id,
+            )
+            # LangGraph replays a step's writes in this order (writes_sort_key).
+            .order_by("task_path", "task_id", "idx")
+        )
+        pending = [(w.task_id, w.channel, self._load(w.type, w.blob, w.sealed)) for w in writes]
+        parent = None
+        if row.parent_checkpoint_id:
+            parent = _config(row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id)
+        return CheckpointTuple(
+            config=_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=body["metadata"],
+            parent_config=parent,
+            pending_writes=pending,
+        )
+
+    def _channel_values(self, row: LangGraphCheckpoint, versions: ChannelVersions) -> dict:
+        if not versions:
+            return {}
+        wanted = {(channel, str(version)) for channel, version in versions.items()}
+        blobs = self._tables.LangGraphBlob.objects.using(self.alias).filter(
+            thread_id=row.thread_id,
+            checkpoint_ns=row.checkpoint_ns,
+            channel__in={c for c, _ in wanted},
+            version__in={v for _, v in wanted},
+        )
+        values = {}
+        for blob in blobs:
+            if (blob.channel, blob.version) in wanted and blob.type != _EMPTY:
+                values[blob.channel] = self._load(blob.type, blob.blob, blob.sealed)
+        return values
+
+    def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = config["configurable"]
+        rows = self._checkpoints().filter(
+            thread_id=conf["thread_id"], checkpoint_ns=conf.get("checkpoint_ns") or ""
+        )
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            rows = rows.filter(checkpoint_id=checkpoint_id)
+        row = rows.order_by("-checkpoint_id").first()
+        return None if row is None else self._tuple(row)
+
+    def _list_page(
+        self,
+        config: RunnableConfig | None,
+        wanted: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        cursor: tuple[str, int] | None,
+        left: int | None,
+    ) -> tuple[list[CheckpointTuple], tuple[str, int] | None]:
+        """One page of :meth:`list`, and where the next starts (None: no more)."""
+        rows = self._checkpoints()
+        if config is not None:
+            conf = config["configurable"]
+            if conf.get("thread_id"):
+                rows = rows.filter(thread_id=conf["thread_id"])
+            if conf.get("checkpoint_ns") is not None:
+                rows = rows.filter(checkpoint_ns=conf["checkpoint_ns"])
+            if conf.get("checkpoint_id"):
+                rows = rows.filter(checkpoint_id=conf["checkpoint_id"])
+        if before is not None and get_checkpoint_id(before):
+            rows = rows.filter(checkpoint_id__lt=get_checkpoint_id(before))
+        if cursor is not None:
+            # Keyset pages: ids are unique per namespace, so the row id breaks ties.
+            last_id, last_pk = cursor
+            rows = rows.filter(
+                Q(checkpoint_id__lt=last_id) | Q(checkpoint_id=last_id, pk__lt=last_pk)
+            )
+        size = _PAGE if wanted or left is None else min(left, _PAGE)
+        batch = list(rows.order_by("-checkpoint_id", "-pk")[:size])
+        out = []
+        for row in batch:
+            item = self._tuple(row)
+            if wanted and any(
+                key not in item.metadata or item.metadata[key] != value
+                for key, value in wanted.items()
+            ):
+                continue
+            out.append(item)
+        more = len(batch) == size
+        return out, ((batch[-1].checkpoint_id, batch[-1].pk) if more else None)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        conf = config["configurable"]
+        thread_id = conf["thread_id"]
+        ns = conf.get("checkpoint_ns") or ""
+        body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        values = checkpoint.get("channel_values") or {}
+        meta = get_serializable_checkpoint_metadata(config, metadata)
+        kind, data, sealed = self._dump({"checkpoint": body, "metadata": meta})
+        blobs = []
+        for channel, version in new_versions.items():
+            if channel in values:
+                b_kind, b_data, b_sealed = self._dump(values[channel])
+            else:
+                b_kind, b_data, b_sealed = _EMPTY, None, False
+            blobs.append(
+                self._tables.LangGraphBlob(
+                    thread_id=thread_id,
+                    checkpoint_ns=ns,
+                    channel=channel,
+                    version=str(version),
+                    type=b_kind,
+                    blob=b_data,
+                    sealed=b_sealed,
+                )
+            )
+        row = self._tables.LangGraphCheckpoint(
+            thread_id=thread_id,
+            checkpoint_ns=ns,
+            checkpoint_id=checkpoint["id"],
+            parent_checkpoint_id=conf.get("checkpoint_id") or "",
+            run_id=str(meta.get("run_id") or ""),
+            type=kind,
+            checkpoint=data,
+            sealed=sealed,
+        )
+        with transaction.atomic(using=self.alias):
+            # A version names one value: a blob already stored is the same one.
+            self._tables.LangGraphBlob.objects.using(self.alias).bulk_create(
+                blobs, ignore_conflicts=True
+            )
+            # The same checkpoint put again (a retried step) replaces the first.
+            self._checkpoints().bulk_create(
+                [row],
+                update_conflicts=True,
+                unique_fields=["thread", "checkpoint_ns", "checkpoint_id"],
+                update_fields=["parent_checkpoint_id", "run_id", "type", "checkpoint", "sealed"],
+            )
+        return _config(thread_id, ns, checkpoint["id"])
+
+    def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        conf = config["configurable"]
+        rows = []
+        for index, (channel, value) in enumerate(writes):
+            kind, data, sealed = self._dump(value)
+            rows.append(
+                self._tables.LangGraphWrite(
+                    thread_id=conf["thread_id"],
+                    checkpoint_ns=conf.get("checkpoint_ns") or "",
+                    checkpoint_id=conf["checkpoint_id"],
+                    task_id=task_id,
+                    task_path=task_path,
+                    idx=WRITES_IDX_MAP.get(channel, index),
+                    channel=channel,
+                    type=kind,
+                    blob=data,
+                    sealed=sealed,
+                )
+            )
+        if not rows:
+            return
+        manager = self._tables.LangGraphWrite.objects.using(self.alias)
+        if all(channel in WRITES_IDX_MAP for channel, _ in writes):
+            manager.bulk_create(
+                rows,
+                update_conflicts=True,
+                unique_fields=["thread", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                update_fields=["task_path", "channel", "type", "blob", "sealed"],
+            )
+        else:
+            manager.bulk_create(rows, ignore_conflicts=True)
+
+    # -- deleting, copying, pruning ----------------------------------------------------
+
+    def _delete_thread(self, thread_id: str) -> None:
+        t = self._tables
+        with transaction.atomic(using=self.alias):
+            for model in (t.LangGraphWrite, t.LangGraphBlob, t.LangGraphCheckpoint):
+                model.objects.using(self.alias).filter(thread_id=thread_id).delete()
+
+    def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        run_ids = [str(r) for r in run_ids]
+        if not run_ids:
+            return
+        with transaction.atomic(using=self.alias):
+            rows = self._checkpoints().filter(run_id__in=run_ids)
+            keys = list(rows.values_list("thread_id", "checkpoint_ns", "checkpoint_id"))
+            self._delete_writes(keys)
+            rows.delete()
+
+    def _delete_writes(self, keys: Sequence[tuple[str, str, str]]) -> None:
+        for start in range(0, len(keys), _PAGE):
+            match = Q()
+            for thread_id, ns, checkpoint_id in keys[start : start + _PAGE]:
+                match |= Q(thread_id=thread_id, checkpoint_ns=ns, checkpoint_id=checkpoint_id)
+            self._tables.LangGraphWrite.objects.using(self.alias).filter(match).delete()
+
+    def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        t = self._tables
+        with transaction.atomic(using=self.alias):
+            for model in (t.LangGraphBlob, t.LangGraphCheckpoint, t.LangGraphWrite):
+                manager = model.objects.using(self.alias)
+                rows = list(manager.filter(thread_id=source_thread_id).order_by("pk"))
+                for row in rows:
+                    row.pk = None
+                    row.thread_id = target_thread_id
+                manager.bulk_create(rows, ignore_conflicts=True, batch_size=_PAGE)
+
+    def _prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy == "delete":
+            for thread_id in thread_ids:
+                self._delete_thread(thread_id)
+            return
+        if strategy != "keep_latest":
+            raise ValueError(f"prune strategy {strategy!r} is not 'keep_latest' or 'delete'.")
+        for thread_id in thread_ids:
+            with transaction.atomic(using=self.alias):
+                self._keep_latest(thread_id)
+
+    def _keep_latest(self, thread_id: str) -> None:
+        rows = self._checkpoints().filter(thread_id=thread_id)
+        namespaces = set(rows.values_list("checkpoint_ns", flat=True))
+        for ns in namespaces:
+            in_ns = rows.filter(checkpoint_ns=ns)
+            latest = in_ns.order_by("-checkpoint_id").first()
+            if latest is None:
+                continue
+            body = self._load(latest.type, latest.checkpoint, latest.sealed)
+            held = (body["checkpoint"].get("channel_versions") or {}).items()
+            keep_blobs = Q()
+            for channel, version in held:
+                keep_blobs |= Q(channel=channel, version=str(version))
+            blobs = self._tables.LangGraphBlob.objects.using(self.alias).filter(
+                thread_id=thread_id, checkpoint_ns=ns
+            )
+            (blobs.exclude(keep_blobs) if held else blobs).delete()
+            self._tables.LangGraphWrite.objects.using(self.alias).filter(
+                thread_id=thread_id, checkpoint_ns=ns
+            ).exclude(checkpoint_id=latest.checkpoint_id).delete()
+            in_ns.exclude(pk=latest.pk).delete()
+
+    # -- versions ----------------------------------------------------------------------
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:  # type: ignore[override]
+        """The version after ``current``: a zero-padded counter, so versions sort as
+        text, and a random part, so that two forks of one checkpoint never name two
+        different values with one version (a blob is stored once per version)."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int | float):
+            number = int(current)
+        else:
+            number = int(str(current).split(".", 1)[0])
+        return f"{number + 1:032}.{random.getrandbits(48):015d}"
+
+    # -- the interface: each call runs on a database thread ---------------------------
+
+    def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if getattr(_local, "database_thread", False):
+            return _on_database_thread(self.alias, fn, *args, **kwargs)
+        future = _pool(self.alias).submit(_on_database_thread, self.alias, fn, *args, **kwargs)
+        return future.result()
+
+    async def _acall(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        future = _pool(self.alias).submit(_on_database_thread, self.alias, fn, *args, **kwargs)
+        return await asyncio.wrap_future(future)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (``checkpoint_id``), else its namespace's
+        newest; None when there is none."""
+        return self._call(self._get_tuple, config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first: of ``config``'s thread (and namespace, and
+        checkpoint, when it names them; every thread when None), older than ``before``,
+        whose metadata holds every key-value pair of ``filter``, at most ``limit``."""
+        cursor: tuple[str, int] | None = None
+        left = limit
+        while left is None or left > 0:
+            page, cursor = self._call(self._list_page, config, filter, before, cursor, left)
+            for item in page:
+                if left is not None:
+                    if left <= 0:
+                        return
+                    left -= 1
+                yield item
+            if cursor is None:
+                return
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store ``checkpoint`` (child of ``config``'s checkpoint), with a blob for each
+        channel in ``new_versions``; the config that names it."""
+        return self._call(self._put, config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes after ``config``'s checkpoint. Writing the same task's
+        write again keeps the first, except LangGraph's special writes (error,
+        interrupt, resume, scheduled), which replace theirs."""
+        self._call(self._put_writes, config, writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, blob and write of ``thread_id`` (all namespaces)."""
+        self._call(self._delete_thread, thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints the runs ``run_ids`` wrote, and their writes. Blobs
+        stay (another checkpoint may hold the same version)."""
+        self._call(self._delete_for_runs, run_ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, blob and write of one thread to another (same ids)."""
+        self._call(self._copy_thread, source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep each namespace's newest checkpoint, its writes and the
+        blobs it holds; ``delete``: delete the threads.
+
+        Raises:
+            ValueError: another strategy.
+        """
+        self._call(self._prune, thread_ids, strategy=strategy)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._acall(self._get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        cursor: tuple[str, int] | None = None
+        left = limit
+        while left is None or left > 0:
+            page, cursor = await self._acall(self._list_page, config, filter, before, cursor, left)
+            for item in page:
+                if left is not None:
+                    if left <= 0:
+                        return
+                    left -= 1
+                yield item
+            if cursor is None:
+                return
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._acall(self._put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._acall(self._put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._acall(self._delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._acall(self._delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._acall(self._copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._acall(self._prune, thread_ids, strategy=strategy)
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }

@@ -1,0 +1,82 @@
+"""A LangGraph graph run by Criogen's server (in-process runner), driven over the REST
+API with ``langgraph_sdk``: an ``interrupt()`` leaves the thread interrupted with the
+graph's values as its state, ``Command(resume=...)`` finishes it, and the history has
+each step; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.api.conftest import Server, start_server, stop_server
+
+AGENT = Path(__file__).parent / "agents" / "review.py"
+START = {"topic": "otters", "notes": [], "approved": False}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
+    """A server whose langgraph.json registers the review graph as ``helpdesk``."""
+    project = tmp_path / "project"
+    (project / "agents").mkdir(parents=True)
+    shutil.copy(AGENT, project / "agents" / "helpdesk.py")
+    config = project / "langgraph.json"
+    config.write_text(json.dumps({"graphs": {"helpdesk": "./agents/helpdesk.py:graph"}}))
+    if request.param == "sqlite":
+        url = f"sqlite://{tmp_path / 'api.db'}"
+    else:
+        url = str(request.getfixturevalue("postgres_url"))
+    srv = start_server(url, tmp_path, CRIOGEN_LANGGRAPH_CONFIG=str(config))
+    yield srv
+    stop_server(srv)
+
+
+@pytest.mark.slow
+async def test_an_interrupt_suspends_the_thread_and_a_resume_finishes_it(server: Server) -> None:
+    client = server.client("alice")
+    try:
+        thread = await client.threads.create()
+        tid = thread["thread_id"]
+
+        first = await client.runs.wait(tid, "helpdesk", input=START)
+        waiting = await client.threads.get(tid)
+        state = await client.threads.get_state(tid)
+
+        final = await client.runs.wait(tid, "helpdesk", command={"resume": "yes"})
+        done = await client.threads.get(tid)
+        history = await client.threads.get_history(tid, limit=50)
+        again = await client.runs.wait(
+            tid, "helpdesk", input={"topic": "seals", "notes": [], "approved": False}
+        )
+        # A thread deleted and made again under the same id starts afresh.
+        await client.threads.delete(tid)
+        await client.threads.create(thread_id=tid)
+        reborn = await client.runs.wait(tid, "helpdesk", input=START)
+    finally:
+        await client.aclose()
+
+    assert first["notes"] == ["draft about otters"]
+    assert waiting["status"] == "interrupted"
+    assert state["values"] == {
+        "topic": "otters",
+        "notes": ["draft about otters"],
+        "approved": False,
+    }
+    [interrupt] = state["interrupts"]
+    assert interrupt["value"]["question"] == "approve the draft?"
+    assert final == {
+        "topic": "otters",
+        "notes": ["draft about otters", "reviewed: yes", "published"],
+        "approved": True,
+    }
+    assert done["status"] == "idle"
+    assert history[0]["values"] == final
+    assert any(h["values"].get("notes") == ["draft about otters"] for h in history)
+    # A new turn goes on from the finished one (the notes reducer appends).
+    assert again["notes"][-1] == "draft about seals"
+    assert again["notes"][:3] == final["notes"]
+    assert reborn["notes"] == ["draft about otters"]

@@ -10,7 +10,11 @@ named after the graph, that drives the LangGraph graph on the same thread id:
   payload is the value, so the thread is *interrupted* over the REST API and waits in
   the inbox;
 - resuming the thread (``Command(resume=...)``) runs the node again, which resumes
-  the LangGraph graph with that value.
+  the LangGraph graph with that value;
+- an interrupt whose value is a LangChain HITL request (``HumanInTheLoopMiddleware``)
+  is a tool approval (:mod:`criogen.langgraph.hitl`): the suspension lists the calls
+  with their arguments' digests, and the answer reaches LangGraph as the
+  ``{"decisions": [...]}`` response once checked.
 
 The Criogen state of the thread is the LangGraph graph's values, as JSON (messages and
 other objects as their JSON form). LangGraph's own checkpoints, with every step and
@@ -24,9 +28,15 @@ import dataclasses
 import json
 from typing import Any
 
-from criogen.engine.workflows import END, START, NodeContext, Workflow, suspend
+from criogen.engine.workflows import END, START, NodeContext, Workflow, WorkflowThread, suspend
+from criogen.langgraph.hitl import (
+    approval_calls,
+    check_response,
+    is_hitl_request,
+    langgraph_response,
+)
 
-__all__ = ["INTERRUPT", "bridge_workflow", "jsonable"]
+__all__ = ["INTERRUPT", "BridgeThread", "bridge_workflow", "jsonable"]
 
 _waiting: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "criogen_langgraph_waiting", default=False
@@ -113,19 +123,54 @@ def _answer(compiled: Any, ctx: NodeContext) -> dict[str, Any]:
     from langgraph.types import Command
 
     config = _config(ctx)
-    waiting = _interrupts(compiled.get_state(config))
+    snapshot = compiled.get_state(config)
+    waiting = _interrupts(snapshot)
     if not waiting:
+        if snapshot.next:
+            # The answer was given and LangGraph stopped before it finished (a crash
+            # after the resume's first steps): it goes on from its last checkpoint.
+            compiled.invoke(None, config)
         return _values(compiled.get_state(config))
     node, first = waiting[0]
-    value = suspend(
-        f"{node}: waiting for an answer",
-        jsonable(first.value),
-        interrupt_id=first.id,
-        langgraph_node=node,
-        pending=len(waiting),
-    )
-    compiled.invoke(Command(resume=value), config)
+    value = jsonable(first.value)
+    if is_hitl_request(value):
+        # LangChain's HumanInTheLoopMiddleware: a tool approval, shown and decided as
+        # Criogen's own agents' (the calls bound to their arguments' digests).
+        calls = approval_calls(value, snapshot.values, first.id)
+        answer = suspend(
+            "approval",
+            value,
+            calls=calls,
+            interrupt_id=first.id,
+            langgraph_node=node,
+            pending=len(waiting),
+        )
+        resume: Any = langgraph_response(answer, {"payload": value, "calls": calls}, ctx.thread_id)
+    else:
+        resume = suspend(
+            f"{node}: waiting for an answer",
+            value,
+            interrupt_id=first.id,
+            langgraph_node=node,
+            pending=len(waiting),
+        )
+    compiled.invoke(Command(resume=resume), config)
     return _values(compiled.get_state(config))
+
+
+class BridgeThread(WorkflowThread):
+    """A thread of a bridged graph: an answer to a tool approval is checked as
+    LangChain's middleware will read it (one decision per action, an allowed type, the
+    arguments' digest) before any run is made."""
+
+    def check_answer(self, value: Any) -> None:
+        head = self.head
+        if head is not None and head.status == "suspended" and head.interrupts:
+            interrupt = head.interrupts[0]
+            if interrupt.get("reason") == "approval" and is_hitl_request(interrupt.get("payload")):
+                check_response(value, interrupt, self.id)
+                return
+        super().check_answer(value)
 
 
 def _values(snapshot: Any) -> dict[str, Any]:

@@ -256,7 +256,10 @@ class LangGraphGraph:
 
     def thread(self, thread_id: str) -> Any:
         """The bridge workflow's thread ``thread_id`` (run, resume, state, history…)."""
-        return self._bound().thread(thread_id)
+        from criogen.engine.checkpoints import check_thread_id
+        from criogen.langgraph.bridge import BridgeThread
+
+        return BridgeThread(self._bound(), check_thread_id(thread_id))
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name == "workflow":

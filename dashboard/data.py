@@ -157,6 +157,16 @@ class InboxItem:
     def tools(self) -> list[str]:
         return [c.name for c in self.calls]
 
+    @property
+    def may_approve(self) -> bool:
+        """Whether every waiting call allows ``approve`` (an "Approve" button)."""
+        return all("approve" in c.allowed for c in self.calls)
+
+    @property
+    def may_reject(self) -> bool:
+        """Whether every waiting call allows ``reject`` (a "Reject" button)."""
+        return all("reject" in c.allowed for c in self.calls)
+
 
 def describe_interrupts(
     interrupts: list[dict[str, Any]],

@@ -75,7 +75,7 @@ def bridge_workflow(graph_id: str, compiled: Any, alias: str | None = None) -> W
         return _run_turn(compiled, state, ctx, alias)
 
     def answer(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
-        return _answer(compiled, ctx)
+        return _answer(compiled, ctx, alias)
 
     def route(state: dict[str, Any]) -> str:
         # A route sees the state only: the node that just ran left whether LangGraph
@@ -115,21 +115,23 @@ def _run_turn(
         return _values(snapshot)
     # A run that stopped between two LangGraph steps (a crash, a hand-back) goes on
     # from LangGraph's last checkpoint; otherwise a new turn with the run's input.
-    compiled.invoke(None if snapshot.next else _turn_input(state, ctx, alias), config)
+    turn_input, durability = _run_row(state, ctx, alias)
+    compiled.invoke(None if snapshot.next else turn_input, config, **durability)
     return _values(compiled.get_state(config))
 
 
-def _answer(compiled: Any, ctx: NodeContext) -> dict[str, Any]:
+def _answer(compiled: Any, ctx: NodeContext, alias: str | None) -> dict[str, Any]:
     from langgraph.types import Command
 
     config = _config(ctx)
     snapshot = compiled.get_state(config)
     waiting = _interrupts(snapshot)
+    durability = _run_row({}, ctx, alias)[1]
     if not waiting:
         if snapshot.next:
             # The answer was given and LangGraph stopped before it finished (a crash
             # after the resume's first steps): it goes on from its last checkpoint.
-            compiled.invoke(None, config)
+            compiled.invoke(None, config, **durability)
         return _values(compiled.get_state(config))
     node, first = waiting[0]
     value = jsonable(first.value)
@@ -154,7 +156,7 @@ def _answer(compiled: Any, ctx: NodeContext) -> dict[str, Any]:
             langgraph_node=node,
             pending=len(waiting),
         )
-    compiled.invoke(Command(resume=resume), config)
+    compiled.invoke(Command(resume=resume), config, **durability)
     return _values(compiled.get_state(config))
 
 
@@ -185,14 +187,27 @@ def _interrupts(snapshot: Any) -> list[tuple[str, Any]]:
     return [(task.name, i) for task in snapshot.tasks for i in task.interrupts]
 
 
-def _turn_input(state: dict[str, Any], ctx: NodeContext, alias: str | None) -> Any:
+def _run_row(
+    state: dict[str, Any], ctx: NodeContext, alias: str | None
+) -> tuple[Any, dict[str, Any]]:
     """The run's input as the client sent it (the Criogen state has it merged in, and
-    LangGraph's reducers must see it once); the state when no run row has it (a
-    thread run from Python, not by the runner)."""
+    LangGraph's reducers must see it once), and its durability as LangGraph's
+    ``durability`` argument (``sync``, ``async`` and ``exit`` mean the same in both:
+    when LangGraph's own checkpoints of the turn are written). Without a run row (a
+    thread run from Python, not by the runner): the state, and LangGraph's default."""
     if alias is None:
-        return state
+        return state, {}
     from criogen.storage.models import Run
 
-    row = Run.objects.using(alias).filter(run_id=ctx.run_id).values_list("input", flat=True)
-    found = row.first()
-    return found if found is not None else state
+    row = (
+        Run.objects.using(alias)
+        .filter(run_id=ctx.run_id)
+        .values_list("input", "durability")
+        .first()
+    )
+    if row is None:
+        return state, {}
+    found, durability = row
+    return (found if found is not None else state), (
+        {"durability": durability} if durability in ("sync", "async", "exit") else {}
+    )

@@ -80,3 +80,34 @@ async def test_an_interrupt_suspends_the_thread_and_a_resume_finishes_it(server:
     assert again["notes"][-1] == "draft about seals"
     assert again["notes"][:3] == final["notes"]
     assert reborn["notes"] == ["draft about otters"]
+
+
+@pytest.mark.slow
+def test_durability_says_when_langgraphs_own_checkpoints_are_written(
+    server: Server, django_db_blocker: object
+) -> None:
+    """``durability="exit"`` writes LangGraph's checkpoints of a turn once, when it
+    stops (here at its interrupt); ``sync`` writes one per step. Both end the same."""
+    counts = {}
+    with server.sync_client("alice") as client:
+        for mode in ("sync", "exit"):
+            tid = client.threads.create()["thread_id"]
+            client.runs.wait(tid, "helpdesk", input=START, durability=mode)
+            state = client.threads.get_state(tid)
+            assert state["values"]["notes"] == ["draft about otters"]
+            assert state["interrupts"][0]["value"]["question"] == "approve the draft?"
+            final = client.runs.wait(tid, "helpdesk", command={"resume": "yes"}, durability=mode)
+            assert final["notes"][-1] == "published"
+            counts[mode] = tid
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        from criogen import Storage
+        from criogen.langgraph import CriogenSaver
+
+        saver = CriogenSaver(Storage(server.database_url, encryption_key=False))
+        written = {
+            mode: len(list(saver.list({"configurable": {"thread_id": tid}})))
+            for mode, tid in counts.items()
+        }
+    # sync: the input, each step of both turns; exit: one per turn.
+    assert written["exit"] == 2
+    assert written["sync"] > 4

@@ -26,6 +26,7 @@ from criogen.engine.errors import InvalidArgument, StaleDecision
 from criogen.langgraph import CriogenSaver
 from criogen.langgraph.bridge import jsonable
 from criogen.langgraph.graphs import LangGraphGraph, load_langgraph
+from criogen.langgraph.hitl import check_response, is_hitl_request
 from tests.api.conftest import Server, start_server, stop_server
 from tests.langgraph.agents import support
 
@@ -296,3 +297,69 @@ async def test_the_sdk_approves_edits_and_rejects_a_tool_call(
             {"decisions": [{"type": "reject", "message": "too much"}]},
         )
     )
+
+
+def test_a_per_call_interrupt_is_a_plain_suspension_answered_with_one_decision(
+    storage: Storage, ledger: Path
+) -> None:
+    thread = _bridged(support.build_per_call(), storage).thread(f"h-{uuid.uuid4()}")
+
+    waiting = thread.run(_ask())
+
+    [interrupt] = waiting.interrupts
+    assert interrupt["reason"] != "approval"
+    assert interrupt["payload"]["type"] == "tool_approval"
+    assert interrupt["payload"]["tool_call_id"] == "call-1-refund"
+    done = thread.resume({"type": "approve"})
+    assert done.status == "completed"
+    assert _refunds(ledger) == [{"tool": "issue_refund", "order_id": 42, "amount": 10}]
+
+
+REQUEST = {
+    "action_requests": [
+        {"name": "lookup_order", "args": {"order_id": 1}},
+        {"name": "issue_refund", "args": {"order_id": 1, "amount": 2}},
+    ],
+    "review_configs": [
+        {"action_name": "lookup_order", "allowed_decisions": ["approve", "respond"]},
+        {"action_name": "issue_refund", "allowed_decisions": ["edit", "reject"]},
+    ],
+}
+CALLS = [
+    {"id": "a", "name": a["name"], "args": a["args"], "digest": args_digest(a["args"])}
+    for a in REQUEST["action_requests"]
+]
+
+
+def test_each_call_of_a_request_is_decided_as_its_config_allows() -> None:
+    pending = {"payload": REQUEST, "calls": CALLS}
+
+    decided = check_response(
+        {
+            "decisions": [
+                {"type": "respond", "message": "order 1 is lost", "digest": CALLS[0]["digest"]},
+                {"type": "edit", "args": {"order_id": 1, "amount": 1}},
+            ]
+        },
+        pending,
+        "t",
+    )
+
+    # Criogen's digest is left out; its edit shorthand becomes LangChain's shape.
+    assert decided == [
+        {"type": "respond", "message": "order 1 is lost"},
+        {
+            "type": "edit",
+            "edited_action": {"name": "issue_refund", "args": {"order_id": 1, "amount": 1}},
+        },
+    ]
+    with pytest.raises(InvalidArgument, match=r"decisions\[1\]\.type is 'approve'") as e:
+        check_response({"decisions": [{"type": "approve"}, "approve"]}, pending, "t")
+    assert e.value.details["field"] == "command.resume.decisions[1].type"
+    with pytest.raises(InvalidArgument, match="gives no 'message'"):
+        check_response({"decisions": [{"type": "respond"}, "reject"]}, pending, "t")
+    with pytest.raises(InvalidArgument, match=r"\{\"decisions\": \[\.\.\.\]\}"):
+        check_response("approve", pending, "t")
+    assert is_hitl_request(REQUEST)
+    assert not is_hitl_request({"action_requests": [], "review_configs": []})
+    assert not is_hitl_request({"question": "ok?"})

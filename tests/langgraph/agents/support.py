@@ -115,3 +115,17 @@ def build(allowed: list[str]) -> Any:
 
 graph = build(["approve", "edit", "reject"])
 strict_graph = build(["approve", "reject"])
+
+
+def build_per_call() -> Any:
+    """The agent with ``interrupt_mode="per_call"``: one interrupt per gated call."""
+    return create_agent(
+        SupportModel(),
+        [lookup_order, issue_refund],
+        middleware=[
+            HumanInTheLoopMiddleware(
+                interrupt_on={"issue_refund": {"allowed_decisions": ["approve", "reject"]}},
+                interrupt_mode="per_call",
+            )
+        ],
+    )

@@ -22,7 +22,6 @@ import asyncio
 import contextvars
 import dataclasses
 import inspect
-import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NoReturn
@@ -59,6 +58,7 @@ from criogen.engine.errors import (
     ThreadInterrupted,
     ThreadSuspended,
 )
+from criogen.engine.records import Interrupt, RunError
 from criogen.engine.state import (
     Change,
     Delta,
@@ -709,14 +709,14 @@ class _Execution:
                 self._fail(state, nxt, done, resumes, node, exc)
             if suspended:
                 interrupts = [
-                    {
-                        "id": new_id(),
-                        "node": node,
-                        "index": len(resumes.get(node, [])),
-                        "reason": s.reason,
-                        "payload": s.payload,
-                        **s.extra,
-                    }
+                    Interrupt(
+                        id=new_id(),
+                        node=node,
+                        index=len(resumes.get(node, [])),
+                        reason=s.reason,
+                        payload=s.payload,
+                        extra=s.extra,
+                    ).to_dict()
                     for node, s in suspended
                 ]
                 checkpoint = active.write(
@@ -839,14 +839,7 @@ class _Execution:
         exc: BaseException,
     ) -> NoReturn:
         """Write the failure checkpoint (state as before the step) and raise."""
-        code = getattr(exc, "code", None) or "node_error"
-        error = {
-            "type": type(exc).__name__,
-            "code": code,
-            "message": str(exc),
-            "node": node,
-            "traceback": "".join(traceback.format_exception(exc, limit=-8))[-4000:],
-        }
+        error = RunError.from_exception(exc, node=node, code="node_error").to_dict()
         checkpoint = self.active.write(
             source="failure",
             status="failed",

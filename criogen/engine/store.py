@@ -154,7 +154,7 @@ class Storage(ABC):
         scheme = "memory" if url in (None, "", "memory://", ":memory:") else _scheme(url)
         target = BACKENDS.get(scheme)
         if target is None:
-            shown = _redact(url)  # error messages end up in logs: no password in them
+            shown = _redact(url or "")  # error messages end up in logs: no password in them
             raise UnknownStorageUrl(
                 f"storage URL {shown!r} has the scheme {scheme!r}; use none (memory), "
                 "'sqlite://path/to/file.db' or 'postgres://user:password@host/db'.",

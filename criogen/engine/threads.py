@@ -27,12 +27,13 @@ input carries on from its ``next``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
 from criogen.engine.active_run import ActiveRun
-from criogen.engine.checkpoints import Checkpoint
+from criogen.engine.checkpoints import Checkpoint, Status
 from criogen.engine.errors import InvalidArgument, StaleHead, StateTooLarge
 from criogen.engine.state import encode
 
@@ -99,9 +100,10 @@ class ThreadBase:
         """The storage this thread lives in."""
         raise NotImplementedError
 
-    def _active(self, **options: Any) -> ActiveRun:
-        """An ActiveRun on this thread (not yet entered) for ``options``."""
-        raise NotImplementedError
+    _active: Callable[..., AbstractContextManager[ActiveRun]]
+    """A lease on this thread for the run ``options`` (not yet entered): entered, it
+    gives the :class:`ActiveRun` that writes. Each subclass defines it as a method
+    taking its own options."""
 
     # -- reading ------------------------------------------------------------------------
 
@@ -255,7 +257,7 @@ class ThreadBase:
 
     def _merge(
         self, head: Checkpoint | None, update: Any, as_node: str | None
-    ) -> tuple[dict[str, Any], Any, str, list[str], Any, dict[str, Any]]:
+    ) -> tuple[dict[str, Any], Any, Status, list[str], Any, dict[str, Any]]:
         """(state, delta, status, next, interrupts, tasks) of the head with ``update``."""
         raise NotImplementedError
 

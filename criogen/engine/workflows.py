@@ -38,6 +38,7 @@ from criogen.engine.active_run import (
 from criogen.engine.checkpoints import (
     Checkpoint,
     CheckpointWrite,
+    Status,
     ThreadId,
     check_thread_id,
     from_snapshot,
@@ -374,7 +375,7 @@ class CompiledWorkflow:
         """
         checkpoint = from_snapshot(snapshot)
         thread = self.thread(checkpoint.thread_id)
-        mode = "resume" if checkpoint.status == "suspended" else "retry"
+        mode: Literal["resume", "retry"] = "resume" if checkpoint.status == "suspended" else "retry"
         if checkpoint.status == "completed":
             raise InvalidSnapshot(
                 "the snapshot is of a completed run; start a new one with run().",
@@ -488,11 +489,11 @@ class WorkflowThread(ThreadBase):
                 f"as_node {as_node!r} is not a node of {self.app.name!r} (nodes: {known}).",
                 field="as_node",
             )
-        return check_update(values, origin="update_state")  # type: ignore[no-any-return]
+        return check_update(values, origin="update_state")
 
     def _merge(
         self, head: Checkpoint | None, update: Any, as_node: str | None
-    ) -> tuple[dict[str, Any], Any, str, list[str], Any, dict[str, Any]]:
+    ) -> tuple[dict[str, Any], Any, Status, list[str], Any, dict[str, Any]]:
         state, delta = apply_update(
             head.state if head else {},
             update,
@@ -705,8 +706,8 @@ class _Execution:
                 if not isinstance(out, BaseException):
                     done[node] = out
             if failed:
-                node, exc = failed[0]
-                self._fail(state, nxt, done, resumes, node, exc)
+                node, error = failed[0]
+                self._fail(state, nxt, done, resumes, node, error)
             if suspended:
                 interrupts = [
                     Interrupt(

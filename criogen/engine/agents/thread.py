@@ -16,9 +16,9 @@ from criogen.engine.agents.approvals import (
     pending_calls,
 )
 from criogen.engine.agents.reply import REDUCERS, RESERVED_KEY, Reply
-from criogen.engine.agents.run import RUN_OPTIONS, in_worker
+from criogen.engine.agents.run import RUN_OPTIONS, Lease, in_worker
 from criogen.engine.agents.turn import Turn
-from criogen.engine.checkpoints import Checkpoint, ThreadId
+from criogen.engine.checkpoints import Checkpoint, Status, ThreadId
 from criogen.engine.errors import InvalidArgument, StaleDecision
 from criogen.engine.messages import Message, normalize_messages
 from criogen.engine.records import Decision, PendingCall
@@ -34,6 +34,8 @@ __all__ = ["AgentThread"]
 class AgentThread(ThreadBase):
     """One conversation with an agent: its turns, approvals, head and history."""
 
+    id: ThreadId
+
     def __init__(self, agent: Agent, thread_id: ThreadId) -> None:
         self.agent = agent
         self.id = thread_id
@@ -46,7 +48,7 @@ class AgentThread(ThreadBase):
         """The agent's storage."""
         return self.agent.storage
 
-    def _active(self, **options: Any) -> Any:
+    def _active(self, **options: Any) -> Lease:
         return Turn(self, options, None, None).lease()
 
     # -- reading ------------------------------------------------------------------------
@@ -274,7 +276,7 @@ class AgentThread(ThreadBase):
 
     def _merge(
         self, head: Checkpoint | None, update: dict[str, Any], as_node: str | None
-    ) -> tuple[dict[str, Any], Any, str, list[str], Any, dict[str, Any]]:
+    ) -> tuple[dict[str, Any], Any, Status, list[str], Any, dict[str, Any]]:
         state, delta = apply_update(
             head.state if head else {}, update, REDUCERS, origin="update_state"
         )

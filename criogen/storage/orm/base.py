@@ -50,7 +50,7 @@ class _SqliteCursor:
         return int(self._cur.rowcount)
 
     def fetchall(self) -> list[Any]:
-        return self._cur.fetchall()  # type: ignore[no-any-return]
+        return self._cur.fetchall()
 
     def fetchone(self) -> Any:
         return self._cur.fetchone()
@@ -114,7 +114,9 @@ class OrmBase(Storage):
             connection.ensure_connection()
             with connection.wrap_database_errors:
                 raw = _server_cursor(connection)
-            cursor = connection._prepare_cursor(raw)
+            # Django wraps a raw cursor as its own (CursorWrapper); a private method
+            # django-stubs does not declare.
+            cursor = connection._prepare_cursor(raw)  # type: ignore[attr-defined]
         with cursor as cur:
             cur.execute(sql, params)
             return cur.fetchall() if fetch else cur.rowcount
@@ -150,7 +152,7 @@ class OrmBase(Storage):
         return self._seal(encode(value))
 
     def _json_out(self, text: str | None) -> Any:
-        return None if text in (None, "") else json.loads(self._open(text))  # type: ignore[arg-type]
+        return None if text in (None, "") else json.loads(self._open(text))
 
     def close(self) -> None:
         connections[self.alias].close()
@@ -168,7 +170,7 @@ def _server_cursor(connection: Any) -> Any:
     if cls is None:
         import psycopg
 
-        class PreparingCursor(psycopg.Cursor):  # type: ignore[type-arg]
+        class PreparingCursor(psycopg.Cursor):
             def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
                 kwargs.setdefault("prepare", prepare)
                 return super().execute(query, params, **kwargs)

@@ -107,20 +107,20 @@ class OrmLeases(OrmBase):
         connection = connections[self.alias]
         relaxed = connection.get_autocommit() and not connection.in_atomic_block
         if self.vendor == "postgresql":
-            return self._pg_run(_relaxed_pg(sql) if relaxed else sql, params, fetch=True)  # type: ignore[no-any-return]
+            return self._pg_run(_relaxed_pg(sql) if relaxed else sql, params, fetch=True)
         raw = self._raw_sqlite()
         if raw is None or not relaxed:
             with self._cursor() as cur:
                 cur.execute(sql, params)
                 # fetchall: SQLite finishes (and commits) the statement only when every
                 # row has been read.
-                return cur.fetchall()  # type: ignore[no-any-return]
+                return cur.fetchall()
         with connection.wrap_database_errors:
             (level,) = raw.execute("PRAGMA synchronous").fetchone()
             if level > 1:  # FULL or EXTRA: in WAL mode NORMAL skips this commit's fsync
                 raw.execute("PRAGMA synchronous = NORMAL")
             try:
-                return raw.execute(_qmark(sql), params).fetchall()  # type: ignore[no-any-return]
+                return raw.execute(_qmark(sql), params).fetchall()
             finally:
                 if level > 1:
                     raw.execute(f"PRAGMA synchronous = {int(level)}")

@@ -261,7 +261,7 @@ class OrmWrites(OrmAudit):
                     params += row
         else:
             cps = list(zip(*checkpoints, strict=True))
-            vals = list(zip(*values, strict=True)) if values else [[]] * 6
+            vals: list[Sequence[Any]] = list(zip(*values, strict=True)) if values else [[]] * 6
             sql = (
                 head + _CP_INSERT + " SELECT c.* FROM head, unnest(%s::varchar[],"  # noqa: S608
                 " %s::varchar[], %s::int[], %s::varchar[], %s::varchar[], %s::varchar[],"

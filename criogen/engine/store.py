@@ -44,6 +44,7 @@ __all__ = [
     "ValueRow",
     "build_state",
     "encode",
+    "reachable_values",
 ]
 
 logger = logging.getLogger("criogen.storage")
@@ -114,6 +115,22 @@ def build_state(
                 value.extend(decode("[" + ",".join(items) + "]"))
         state[key] = value
     return state
+
+
+def reachable_values(
+    value_versions: Mapping[str, int], rows: Mapping[tuple[str, int], ValueRow]
+) -> set[tuple[str, int]]:
+    """``(key, version)`` of every value row a state with ``value_versions`` is built
+    from: the row each key points at and, for appended lists, the chain of rows before
+    it (what compaction keeps). ``rows`` needs only ``kind`` and ``prev``."""
+    keep: set[tuple[str, int]] = set()
+    for key, version in value_versions.items():
+        at: int | None = version
+        while at is not None and (key, at) not in keep:
+            keep.add((key, at))
+            row = rows.get((key, at))
+            at = row.prev if row is not None and row.kind == "a" else None
+    return keep
 
 
 def value_rows_for(write: CheckpointWrite) -> Iterable[tuple[str, int, str, str, int | None]]:
@@ -293,6 +310,44 @@ class Storage(ABC):
     @abstractmethod
     def thread_ids(self, *, limit: int = 100, offset: int = 0) -> list[str]:
         """Thread ids, most recently updated first."""
+
+    # -- history maintenance: rollback, compaction, copy --------------------------------
+    # Defaults refuse politely (a store that only appends still runs graphs); both
+    # shipped stores implement them.
+
+    def rollback_run(self, thread_id: str, run_id: str) -> int:
+        """Delete the checkpoints the run ``run_id`` wrote on the thread, and any written
+        after its first one, with their value rows; the head moves back to the
+        checkpoint before (the thread is empty if there is none).
+
+        The caller holds the thread's lease, so no run writes meanwhile. Returns how many
+        checkpoints were deleted (0: the run wrote none, and nothing changed).
+        """
+        raise self._unsupported("rollbacks")
+
+    def compact_thread(self, thread_id: str, *, audit: AuditRecord | None = None) -> int:
+        """Delete every checkpoint of the thread but its head, and every value row the
+        head's state is not built from; the head and its state stay as they are.
+
+        ``audit``: the event of the action, stored in the same transaction. Returns how
+        many checkpoints were deleted (0 for an unknown or empty thread).
+        """
+        raise self._unsupported("compaction")
+
+    def copy_thread(
+        self, thread_id: str, new_thread_id: str, *, audit: AuditRecord | None = None
+    ) -> str | None:
+        """Copy the thread's whole history to the new thread ``new_thread_id``:
+        checkpoints with new ids (their parent links follow), value rows as stored, so
+        the copy costs what the original does. No lease is copied.
+
+        ``audit``: the event of the action, stored in the same transaction with
+        ``after`` set to the copy's head. Returns the copy's head checkpoint id (None
+        when the source has no checkpoints: the copy is an empty thread). Raises
+        StorageError when ``new_thread_id`` exists, ThreadNotFound when ``thread_id``
+        does not.
+        """
+        raise self._unsupported("copies")
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and background threads; the storage stays usable."""

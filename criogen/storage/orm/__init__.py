@@ -13,6 +13,7 @@ module per concern, composed here:
 - :mod:`.writes`: appending checkpoints and moving the head (the hot path);
 - :mod:`.reads`: checkpoints with their states, history, listing and deleting threads;
 - :mod:`.decisions`: decision records and the effect ledger;
+- :mod:`.maintenance`: rolling a run back, compacting a thread, copying one;
 - :mod:`.facts`: long-term memory facts;
 - :mod:`.documents`: collections of documents and their search;
 - :mod:`.audit`: the audit trail.
@@ -24,12 +25,13 @@ from criogen.storage.orm.decisions import OrmDecisions
 from criogen.storage.orm.documents import OrmDocuments
 from criogen.storage.orm.facts import OrmFacts
 from criogen.storage.orm.leases import OrmLeases
+from criogen.storage.orm.maintenance import OrmMaintenance
 from criogen.storage.orm.reads import OrmReads
 
 __all__ = ["OrmStorage"]
 
 
-class OrmStorage(OrmLeases, OrmReads, OrmDecisions, OrmFacts, OrmDocuments):
+class OrmStorage(OrmLeases, OrmReads, OrmDecisions, OrmMaintenance, OrmFacts, OrmDocuments):
     """Threads and checkpoints in the Django database ``alias`` (SQLite or PostgreSQL)."""
 
     supports_background_writes = True

@@ -70,6 +70,7 @@ from criogen.engine.state import (
     check_update,
     compose,
 )
+from criogen.engine.store import Storage
 from criogen.engine.threads import ThreadBase, check_door, check_expected, check_state_size
 
 __all__ = [
@@ -333,7 +334,7 @@ class CompiledWorkflow:
         max_steps: int,
     ) -> None:
         self.graph = graph
-        self.storage = storage
+        self.storage: Storage = storage
         self.durability = durability
         self.on_busy = on_busy
         self.busy_timeout = busy_timeout
@@ -409,7 +410,7 @@ class WorkflowThread(ThreadBase):
         return f"<WorkflowThread {self.id!r} of {self.app.name!r}>"
 
     @property
-    def storage(self) -> Any:
+    def storage(self) -> Storage:
         """The workflow's storage."""
         return self.app.storage
 

@@ -23,6 +23,7 @@ from criogen.engine.checkpoints import check_thread_id, new_id
 from criogen.engine.errors import InvalidArgument
 from criogen.engine.memory import Memory
 from criogen.engine.state import check_json
+from criogen.engine.store import Storage
 from criogen.engine.tools import Tool
 
 __all__ = ["DEADLINE_DEFAULTS", "SUSPENSION_OPTIONS", "Agent", "ApproveRule", "Hook"]
@@ -126,7 +127,7 @@ class Agent:
             from criogen.engine.memory_store import MemoryStorage
 
             storage = MemoryStorage()
-        self.storage = storage
+        self.storage: Storage = storage
         self.memory = memory.bind(storage) if memory is not None else None
         self.tools: dict[str, Tool] = {}
         for item in self._tool_list:

@@ -82,7 +82,12 @@ class EffectTurn(ApprovalTurn):
             if existing is not None:
                 if existing.status != "intent":
                     # Finished before a crash: its outcome is known, do not run it again.
-                    return tool_result(cid, name, existing.result or "", existing.status)
+                    return tool_result(
+                        cid,
+                        name,
+                        existing.result or "",
+                        "error" if existing.status == "error" else "success",
+                    )
                 rerun = tool.idempotent or (
                     decision is not None
                     and decision.reason == "outcome_unknown"

@@ -17,6 +17,7 @@ from criogen.engine.checkpoints import Checkpoint, Source, Status, to_snapshot
 from criogen.engine.errors import CriogenError, InvalidArgument, RunCancelled, RunFailed, ThreadBusy
 from criogen.engine.records import RunError
 from criogen.engine.state import Delta
+from criogen.engine.store import Storage
 from criogen.engine.threads import check_door
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ RUN_OPTIONS = (
 """The options a turn takes besides its input (``by`` is an argument of its own)."""
 
 
-def in_worker(storage: Any, fn: Callable[..., Reply], *args: Any, **kwargs: Any) -> Reply:
+def in_worker(storage: Storage, fn: Callable[..., Reply], *args: Any, **kwargs: Any) -> Reply:
     """Run ``fn`` on an asyncio worker thread, then close that thread's database
     connection: the executor's threads end with the event loop, and a connection left
     open in a dead thread is never closed."""
@@ -104,7 +105,7 @@ class TurnBase:
             )
         self.thread = thread
         self.agent: Agent = thread.agent
-        self.storage: Any = thread.storage
+        self.storage: Storage = thread.storage
         self.options: dict[str, Any] = {k: v for k, v in options.items() if v is not None}
         self.metadata = dict(metadata or self.options.pop("metadata", None) or {})
         self.by = by

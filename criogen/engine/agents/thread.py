@@ -23,6 +23,7 @@ from criogen.engine.errors import InvalidArgument, StaleDecision
 from criogen.engine.messages import Message, normalize_messages
 from criogen.engine.records import Decision, PendingCall
 from criogen.engine.state import apply_update
+from criogen.engine.store import DecisionRecord, EffectRecord, Storage
 from criogen.engine.threads import ThreadBase
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class AgentThread(ThreadBase):
         return f"<AgentThread {self.id!r} of {self.agent.name!r}>"
 
     @property
-    def storage(self) -> Any:
+    def storage(self) -> Storage:
         """The agent's storage."""
         return self.agent.storage
 
@@ -66,13 +67,13 @@ class AgentThread(ThreadBase):
             return []
         return [c.to_dict() for c in pending_calls(head)]
 
-    def decisions(self) -> list[Any]:
+    def decisions(self) -> list[DecisionRecord]:
         """The decisions taken on this thread (``DecisionRecord``), newest first."""
-        return self.storage.decisions(self.id)  # type: ignore[no-any-return]
+        return self.storage.decisions(self.id)
 
-    def effects(self) -> list[Any]:
+    def effects(self) -> list[EffectRecord]:
         """The effect ledger of this thread (``EffectRecord``), oldest first."""
-        return self.storage.effects(self.id)  # type: ignore[no-any-return]
+        return self.storage.effects(self.id)
 
     # -- turns --------------------------------------------------------------------------
 

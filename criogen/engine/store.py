@@ -13,6 +13,12 @@ not change costs nothing, a growing list costs only its new items, and a fork (r
 just copies ``value_versions``. Each checkpoint also keeps, per key, where the rows
 that build the value start (``value_bases``), so a read is one index range scan per
 key; building the state follows the ``prev`` pointers within those rows.
+
+The protocol's methods, by concern (each a section of :class:`Storage`, and a module
+of ``criogen/storage/orm/``): leases, checkpoints, history maintenance (rollback,
+compaction, copy), decisions and the effect ledger, memory facts, collections of
+documents, and the audit trail. ``tests/criogen/storage/test_contract.py`` and
+``test_agent_storage.py`` run every method on every backend.
 """
 
 from __future__ import annotations
@@ -355,7 +361,7 @@ class Storage(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 
-    # -- agents: options, decisions, effect ledger, memory, documents, audit ----------
+    # -- options; the agent tables (decisions, effects, memory, documents, audit) ----
     # Defaults refuse politely, so a third-party store that only keeps checkpoints still
     # runs workflows and agents without approvals/memory; both shipped stores override.
 
@@ -394,6 +400,8 @@ class Storage(ABC):
 
     def _unsupported(self, what: str) -> StorageError:
         return StorageError(f"{type(self).__name__} does not store {what}.", storage=self.url)
+
+    # -- decisions and the effect ledger --------------------------------------------
 
     def write_decisions(
         self,
@@ -439,6 +447,8 @@ class Storage(ABC):
         """The thread's effects, oldest first."""
         return []
 
+    # -- memory (facts) --------------------------------------------------------------
+
     def add_fact(self, namespace: str, subject: str, text: str) -> FactRecord:
         """Store a long-term fact about ``subject`` and return it (with its new id)."""
         raise self._unsupported("memory facts")
@@ -458,6 +468,8 @@ class Storage(ABC):
     def delete_fact(self, fact_id: str) -> bool:
         """Remove a fact; False when there was none."""
         raise self._unsupported("memory facts")
+
+    # -- collections (documents) ----------------------------------------------------
 
     def put_document(
         self, collection: str, doc_id: str, text: str, metadata: Mapping[str, Any]
@@ -490,6 +502,8 @@ class Storage(ABC):
         text, case-insensitively, ranked by how often they occur.
         """
         return []
+
+    # -- audit -------------------------------------------------------------------------
 
     def record_audit(  # noqa: B027 - a no-op unless a backend keeps the audit trail
         self,

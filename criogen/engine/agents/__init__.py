@@ -50,9 +50,18 @@ The package, one module per reason to change:
 
 from __future__ import annotations
 
+# Besides __all__, the module's other public names ("X as X") stay importable from
+# here, as they were before the package split.
+from criogen.engine.agents.approvals import ALLOWED_DECISIONS as ALLOWED_DECISIONS
 from criogen.engine.agents.approvals import args_digest
+from criogen.engine.agents.config import DEADLINE_DEFAULTS as DEADLINE_DEFAULTS
+from criogen.engine.agents.config import SUSPENSION_OPTIONS as SUSPENSION_OPTIONS
 from criogen.engine.agents.config import Agent
+from criogen.engine.agents.config import ApproveRule as ApproveRule
+from criogen.engine.agents.config import Hook as Hook
+from criogen.engine.agents.reply import MODEL as MODEL
 from criogen.engine.agents.reply import RESERVED_KEY, Reply
+from criogen.engine.agents.reply import TOOLS as TOOLS
 from criogen.engine.agents.thread import AgentThread
 from criogen.engine.errors import StaleDecision
 

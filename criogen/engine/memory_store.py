@@ -159,9 +159,10 @@ class MemoryStorage(Storage):
     def get_checkpoint(self, thread_id: str, checkpoint_id: str) -> Checkpoint:
         with self._lock:
             thread = self._threads.get(thread_id)
-            for cp in reversed(thread.checkpoints if thread else []):
-                if cp.id == checkpoint_id:
-                    return self._load(thread, cp)  # type: ignore[arg-type]
+            if thread is not None:
+                for cp in reversed(thread.checkpoints):
+                    if cp.id == checkpoint_id:
+                        return self._load(thread, cp)
         raise CheckpointNotFound(
             f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; list them with history().",
             thread_id=thread_id,

@@ -24,7 +24,7 @@ import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, cast
 
 from criogen.engine.active_run import (
     DEFAULT_BUSY_TIMEOUT,
@@ -827,7 +827,8 @@ class _Execution:
         _current.set(ctx)  # this task runs in its own copy of the context
         try:
             args = (dict(state), ctx) if spec.takes_context else (dict(state),)
-            return await spec.fn(*args)  # type: ignore[misc]
+            # An async node (checked when it was added): its call is a coroutine.
+            return await cast(Awaitable[Any], spec.fn(*args))
         except (Exception, _Suspend) as exc:  # noqa: BLE001 - a node's error is the run's outcome
             return exc
 

@@ -144,12 +144,14 @@ class Agent:
                 )
             self.tools[mem_tool.name] = mem_tool
         self._approve_options: dict[str, dict[str, Any]] = {}
+        self._approve_rule: Callable[[dict[str, Any], dict[str, Any]], bool] | None = None
         if isinstance(approve, bool):
             self._approve_names: frozenset[str] | None = (
                 frozenset(self.tools) if approve else frozenset()
             )
         elif callable(approve):
             self._approve_names = None
+            self._approve_rule = approve
         else:
             if isinstance(approve, str):
                 approve = [approve]
@@ -196,9 +198,9 @@ class Agent:
         """Whether a tool call waits for a person before it runs."""
         if call.get("name") not in self.tools:
             return False
-        if self._approve_names is not None:
-            return call["name"] in self._approve_names
-        return bool(self._approve(dict(call), dict(state)))  # type: ignore[operator]
+        if self._approve_rule is None:
+            return call["name"] in (self._approve_names or ())
+        return bool(self._approve_rule(dict(call), dict(state)))
 
     def suspension_options(self, tools: Iterable[str]) -> dict[str, Any]:
         """The deadline options of a suspension holding calls of ``tools`` (in the

@@ -34,9 +34,10 @@ migrate: install ## Apply database migrations (DATABASE_URL, default: ./db.sqlit
 demo: install ## Start the dashboard with demo data on http://127.0.0.1:8000
 	$(BIN)/python manage.py criogen_demo --serve --addrport 127.0.0.1:8000
 
-check: install ## Lint, Django checks, migrations up to date, import boundaries
+check: install ## Lint, types, Django checks, migrations up to date, import boundaries
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python manage.py check --fail-level WARNING
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/lint-imports
@@ -44,6 +45,9 @@ check: install ## Lint, Django checks, migrations up to date, import boundaries
 lint: install ## ruff (lint + format check)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+typecheck: install ## mypy over criogen/engine (strict) and criogen/storage ([tool.mypy])
+	$(BIN)/mypy
 
 lint-imports: install ## The engine imports no Django (import-linter)
 	$(BIN)/lint-imports
@@ -82,5 +86,5 @@ screenshots: install ## Regenerate the dashboard screenshots in docs/img/
 openapi-snapshot: install ## Regenerate openapi.json from the REST API (commit it)
 	$(BIN)/python manage.py openapi_snapshot openapi.json
 
-.PHONY: help install install-ts migrate demo check lint lint-imports fmt test reliability bench bench-scale \
+.PHONY: help install install-ts migrate demo check lint typecheck lint-imports fmt test reliability bench bench-scale \
 	screenshots openapi-snapshot

@@ -22,10 +22,9 @@ import asyncio
 import contextvars
 import dataclasses
 import inspect
-import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, cast
 
 from criogen.engine.active_run import (
     DEFAULT_BUSY_TIMEOUT,
@@ -39,6 +38,7 @@ from criogen.engine.active_run import (
 from criogen.engine.checkpoints import (
     Checkpoint,
     CheckpointWrite,
+    Status,
     ThreadId,
     check_thread_id,
     from_snapshot,
@@ -59,6 +59,7 @@ from criogen.engine.errors import (
     ThreadInterrupted,
     ThreadSuspended,
 )
+from criogen.engine.records import Interrupt, RunError
 from criogen.engine.state import (
     Change,
     Delta,
@@ -69,6 +70,7 @@ from criogen.engine.state import (
     check_update,
     compose,
 )
+from criogen.engine.store import Storage
 from criogen.engine.threads import ThreadBase, check_door, check_expected, check_state_size
 
 __all__ = [
@@ -332,7 +334,7 @@ class CompiledWorkflow:
         max_steps: int,
     ) -> None:
         self.graph = graph
-        self.storage = storage
+        self.storage: Storage = storage
         self.durability = durability
         self.on_busy = on_busy
         self.busy_timeout = busy_timeout
@@ -374,7 +376,7 @@ class CompiledWorkflow:
         """
         checkpoint = from_snapshot(snapshot)
         thread = self.thread(checkpoint.thread_id)
-        mode = "resume" if checkpoint.status == "suspended" else "retry"
+        mode: Literal["resume", "retry"] = "resume" if checkpoint.status == "suspended" else "retry"
         if checkpoint.status == "completed":
             raise InvalidSnapshot(
                 "the snapshot is of a completed run; start a new one with run().",
@@ -408,7 +410,7 @@ class WorkflowThread(ThreadBase):
         return f"<WorkflowThread {self.id!r} of {self.app.name!r}>"
 
     @property
-    def storage(self) -> Any:
+    def storage(self) -> Storage:
         """The workflow's storage."""
         return self.app.storage
 
@@ -488,11 +490,11 @@ class WorkflowThread(ThreadBase):
                 f"as_node {as_node!r} is not a node of {self.app.name!r} (nodes: {known}).",
                 field="as_node",
             )
-        return check_update(values, origin="update_state")  # type: ignore[no-any-return]
+        return check_update(values, origin="update_state")
 
     def _merge(
         self, head: Checkpoint | None, update: Any, as_node: str | None
-    ) -> tuple[dict[str, Any], Any, str, list[str], Any, dict[str, Any]]:
+    ) -> tuple[dict[str, Any], Any, Status, list[str], Any, dict[str, Any]]:
         state, delta = apply_update(
             head.state if head else {},
             update,
@@ -705,18 +707,18 @@ class _Execution:
                 if not isinstance(out, BaseException):
                     done[node] = out
             if failed:
-                node, exc = failed[0]
-                self._fail(state, nxt, done, resumes, node, exc)
+                node, error = failed[0]
+                self._fail(state, nxt, done, resumes, node, error)
             if suspended:
                 interrupts = [
-                    {
-                        "id": new_id(),
-                        "node": node,
-                        "index": len(resumes.get(node, [])),
-                        "reason": s.reason,
-                        "payload": s.payload,
-                        **s.extra,
-                    }
+                    Interrupt(
+                        id=new_id(),
+                        node=node,
+                        index=len(resumes.get(node, [])),
+                        reason=s.reason,
+                        payload=s.payload,
+                        extra=s.extra,
+                    ).to_dict()
                     for node, s in suspended
                 ]
                 checkpoint = active.write(
@@ -825,7 +827,8 @@ class _Execution:
         _current.set(ctx)  # this task runs in its own copy of the context
         try:
             args = (dict(state), ctx) if spec.takes_context else (dict(state),)
-            return await spec.fn(*args)  # type: ignore[misc]
+            # An async node (checked when it was added): its call is a coroutine.
+            return await cast(Awaitable[Any], spec.fn(*args))
         except (Exception, _Suspend) as exc:  # noqa: BLE001 - a node's error is the run's outcome
             return exc
 
@@ -839,14 +842,7 @@ class _Execution:
         exc: BaseException,
     ) -> NoReturn:
         """Write the failure checkpoint (state as before the step) and raise."""
-        code = getattr(exc, "code", None) or "node_error"
-        error = {
-            "type": type(exc).__name__,
-            "code": code,
-            "message": str(exc),
-            "node": node,
-            "traceback": "".join(traceback.format_exception(exc, limit=-8))[-4000:],
-        }
+        error = RunError.from_exception(exc, node=node, code="node_error").to_dict()
         checkpoint = self.active.write(
             source="failure",
             status="failed",

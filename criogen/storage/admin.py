@@ -281,7 +281,7 @@ from criogen.storage.models.tokens import ApiToken, default_expiry, new_token  #
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens are listed by prefix; the secret itself is never stored or shown again."""
 
     list_display = ("prefix", "user", "name", "created", "last_used", "expires_at")

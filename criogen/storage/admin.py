@@ -307,7 +307,7 @@ from criogen.storage.models import LangGraphCheckpoint  # noqa: E402
 
 
 @admin.register(LangGraphCheckpoint)
-class LangGraphCheckpointAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class LangGraphCheckpointAdmin(admin.ModelAdmin):
     """Where a LangGraph thread stands: its checkpoints by namespace and run. Payloads
     are the serializer's bytes (sealed when encryption is on): not shown."""
 

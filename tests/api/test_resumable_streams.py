@@ -1,0 +1,315 @@
+"""Resumable streams (``stream_resumable: true``), as LangGraph front ends use them.
+
+Two live servers share one database (SQLite file or PostgreSQL) and Redis, as two web
+processes behind a proxy do: a client that loses its connection to one reconnects to
+the *other* with ``Last-Event-ID`` and gets exactly the events it missed, in order,
+then the rest live. Also: ``-1`` / ``0`` replay everything, ``?stream_mode=`` filters
+the replay, the sweep deletes a log past ``CRIOGEN_STREAM_RETENTION_SECONDS``, and
+``on_disconnect`` decides whether a dropped client's run goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import Server, _manage, start_server, stop_server
+from tests.conftest import START_REDIS, need_service
+
+pytestmark = pytest.mark.redis
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+SLOW = {"n": 0, "sleep": 3}
+"""``steps`` input whose node b sleeps: the run is still going when the client drops."""
+MODES = ["values", "updates"]
+
+
+def _redis_available() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 6379), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def pair(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Server, Server]]:
+    """Two servers on the same database and the same Redis channel layer."""
+    need_service("Redis", _redis_available(), START_REDIS)
+    tmp = tmp_path_factory.mktemp(f"resumable-{request.param}")
+    if request.param == "postgres":
+        request.applymarker(pytest.mark.postgres)
+        url = request.getfixturevalue("postgres_url")
+    else:
+        url = f"sqlite://{tmp / 'shared.db'}"
+    first = start_server(url, tmp, REDIS_URL=REDIS_URL)
+    try:
+        second = start_server(url, tmp, REDIS_URL=REDIS_URL)
+    except BaseException:
+        stop_server(first)
+        raise
+    yield first, second
+    stop_server(second)
+    stop_server(first)
+
+
+def _part(part: Any) -> tuple[int, str, Any]:
+    assert part.id is not None, part
+    return int(part.id), part.event, part.data
+
+
+async def _all(stream: Any) -> list[tuple[int, str, Any]]:
+    return [_part(p) async for p in stream]
+
+
+def _assert_numbered(parts: list[tuple[int, str, Any]], first: int = 1) -> None:
+    """Ids first, first+1, … without a gap or a repeat; ``end`` last and only there."""
+    assert [p[0] for p in parts] == list(range(first, first + len(parts))), parts
+    assert [p[1] for p in parts].count("end") == 1
+    assert parts[-1][1] == "end"
+
+
+async def test_a_dropped_client_resumes_on_another_server_with_exactly_the_missing_events(
+    pair: tuple[Server, Server],
+) -> None:
+    one, two = pair
+    a, b = one.client("alice"), two.client("alice")
+    try:
+        tid = (await a.threads.create())["thread_id"]
+        seen: list[tuple[int, str, Any]] = []
+        stream = a.runs.stream(tid, "steps", input=SLOW, stream_mode=MODES, stream_resumable=True)
+        async with contextlib.aclosing(stream):
+            async for part in stream:
+                seen.append(_part(part))
+                if len(seen) == 5:  # metadata, input's values+updates, a's values+updates
+                    break
+        run_id = seen[0][2]["run_id"]
+        assert (await b.runs.get(tid, run_id))["status"] in ("pending", "running")
+
+        rest = await _all(b.runs.join_stream(tid, run_id, last_event_id=str(seen[-1][0])))
+
+        assert [p[0] for p in seen] == [1, 2, 3, 4, 5]
+        _assert_numbered(seen + rest)
+        assert [p[1] for p in rest] == ["values", "updates", "values", "updates", "end"]
+        assert rest[0][2]["steps"] == ["a", "b"]
+        assert rest[2][2] == {"steps": ["a", "b", "c"], "n": 3, "sleep": 3}
+        # The client went away; by default (on_disconnect "continue") the run finished.
+        assert (await b.runs.get(tid, run_id))["status"] == "success"
+        # Both servers replay the same log.
+        everything = await _all(a.runs.join_stream(tid, run_id, last_event_id="-1"))
+        assert everything == seen + rest
+        assert await _all(b.runs.join_stream(tid, run_id, last_event_id="-1")) == everything
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+@pytest.mark.parametrize("last", ["-1", "0"])
+async def test_minus_one_and_zero_replay_every_event(
+    pair: tuple[Server, Server], last: str
+) -> None:
+    one, two = pair
+    a, b = one.client("alice"), two.client("alice")
+    try:
+        tid = (await a.threads.create())["thread_id"]
+        live = await _all(
+            a.runs.stream(tid, "steps", input={"n": 0}, stream_mode=MODES, stream_resumable=True)
+        )
+        _assert_numbered(live)
+        assert live[0][1] == "metadata"
+        run_id = live[0][2]["run_id"]
+        assert await _all(b.runs.join_stream(tid, run_id, last_event_id=last)) == live
+        # Without Last-Event-ID a resumable run's join also starts at the beginning.
+        assert await _all(b.runs.join_stream(tid, run_id)) == live
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_stream_mode_filters_the_replay(pair: tuple[Server, Server]) -> None:
+    one, two = pair
+    a, b = one.client("alice"), two.client("alice")
+    try:
+        tid = (await a.threads.create())["thread_id"]
+        live = await _all(
+            a.runs.stream(tid, "steps", input={"n": 0}, stream_mode=MODES, stream_resumable=True)
+        )
+        run_id = live[0][2]["run_id"]
+        only = await _all(
+            b.runs.join_stream(tid, run_id, stream_mode="updates", last_event_id="-1")
+        )
+        assert only == [p for p in live if p[1] in ("metadata", "updates", "end")]
+        assert [p[1] for p in only].count("updates") == 4
+        # After an id, still filtered: the updates after the first two.
+        later = await _all(
+            b.runs.join_stream(tid, run_id, stream_mode="updates", last_event_id=str(only[2][0]))
+        )
+        assert later == only[3:]
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_stateless_run_and_a_background_run_are_resumable_too(
+    pair: tuple[Server, Server],
+) -> None:
+    one, two = pair
+    with one.http() as http:
+        body = {"assistant_id": "steps", "input": {"n": 0}, "stream_resumable": True}
+        with http.stream("POST", "/runs/stream", json={**body, "on_completion": "keep"}) as sent:
+            live_text = sent.read().decode()
+        where = sent.headers["content-location"]
+    tid, run_id = where.split("/")[2], where.split("/")[4]
+    a, b = one.client("alice"), two.client("alice")
+    try:
+        logged = await _all(b.runs.join_stream(tid, run_id, last_event_id="-1"))
+        _assert_numbered(logged)
+        assert logged[0] == (1, "metadata", {"run_id": run_id, "attempt": 1})
+        assert live_text.count("\nid: ") + live_text.startswith("id: ") == len(logged)
+
+        other = (await a.threads.create())["thread_id"]
+        made = await a.runs.create(other, "steps", input=SLOW, stream_resumable=True)
+        logged = await _all(b.runs.join_stream(other, made["run_id"], last_event_id="-1"))
+        _assert_numbered(logged)
+        assert logged[0] == (1, "metadata", {"run_id": made["run_id"], "attempt": 1})
+        assert logged[-2][2]["steps"] == ["a", "b", "c"]
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+def test_stream_responses_say_where_to_reconnect_and_where_the_run_is(
+    pair: tuple[Server, Server],
+) -> None:
+    one, _ = pair
+    with one.http() as http:
+        tid = http.post("/threads", json={}).json()["thread_id"]
+        for path, resumable in (
+            (f"/threads/{tid}/runs/stream", True),
+            (f"/threads/{tid}/runs/stream", False),
+            ("/runs/stream", True),
+        ):
+            body = {"assistant_id": "steps", "input": {"n": 0}, "stream_resumable": resumable}
+            if path == "/runs/stream":
+                body["on_completion"] = "keep"
+            with http.stream("POST", path, json=body) as response:
+                text = response.read().decode()
+            assert response.status_code == 200, text
+            run_id = text.split('"run_id":"', 1)[1].split('"', 1)[0]
+            thread = tid if path.startswith("/threads") else response.headers["location"][9:45]
+            where = f"/threads/{thread}/runs/{run_id}"
+            assert response.headers["location"] == where + "/stream"
+            assert response.headers["content-location"] == where
+            # Resumable events carry ids; the others do not (nothing is kept for them).
+            assert ("\nid: 2\n" in "\n" + text) is resumable
+            with http.stream("GET", where + "/stream") as joined:
+                joined.read()
+            assert joined.headers["location"] == where + "/stream"
+            assert joined.headers["content-location"] == where
+
+
+def test_a_last_event_id_that_is_not_a_number_is_a_422(pair: tuple[Server, Server]) -> None:
+    one, _ = pair
+    with one.http() as http:
+        tid = http.post("/threads", json={}).json()["thread_id"]
+        run = http.post(
+            f"/threads/{tid}/runs/wait",
+            json={"assistant_id": "steps", "input": {"n": 0}, "stream_resumable": True},
+        )
+        assert run.status_code == 200
+        run_id = run.headers["content-location"].rsplit("/", 1)[1]
+        response = http.get(
+            f"/threads/{tid}/runs/{run_id}/stream", headers={"Last-Event-ID": "1733-0"}
+        )
+    assert response.status_code == 422
+    assert response.json()["field"] == "last_event_id"
+
+
+async def test_on_disconnect_cancel_cancels_the_run_when_the_client_drops(
+    pair: tuple[Server, Server],
+) -> None:
+    one, two = pair
+    a, b = one.client("alice"), two.client("alice")
+    try:
+        tid = (await a.threads.create())["thread_id"]
+        seen = []
+        stream = a.runs.stream(
+            tid,
+            "steps",
+            input=SLOW,
+            stream_resumable=True,
+            on_disconnect="cancel",
+        )
+        async with contextlib.aclosing(stream):
+            async for part in stream:
+                seen.append(_part(part))
+                if len(seen) == 3:  # metadata, the input's values, a's values
+                    break
+        run_id = seen[0][2]["run_id"]
+        run = await b.runs.join(tid, run_id)  # waits for the end
+        assert "steps" in run
+        final = await b.runs.get(tid, run_id)
+        assert final["status"] == "interrupted"
+        assert final["cancel_reason"] == "cancelled by alice"
+        # The log still ends, and holds what the run did before it was cancelled.
+        logged = await _all(b.runs.join_stream(tid, run_id, last_event_id="-1"))
+        _assert_numbered(logged)
+        assert logged[:3] == seen
+        assert all("c" not in p[2].get("steps", []) for p in logged if p[1] == "values")
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+def test_the_sweep_deletes_a_log_past_its_retention(pair: tuple[Server, Server]) -> None:
+    one, two = pair
+    with one.http() as http:
+        tid = http.post("/threads", json={}).json()["thread_id"]
+        with http.stream(
+            "POST",
+            f"/threads/{tid}/runs/stream",
+            json={"assistant_id": "steps", "input": {"n": 0}, "stream_resumable": True},
+        ) as response:
+            response.read()
+        stream = response.headers["location"]
+
+    def replay() -> str:
+        with two.http() as other:
+            return other.get(stream, headers={"Last-Event-ID": "-1"}).text
+
+    assert replay().startswith("id: 1\nevent: metadata\n")
+    sweep = ("criogen_sweep", "--no-reap", "--no-deadlines")
+    kept = _manage({**two.env, "CRIOGEN_STREAM_RETENTION_SECONDS": "3600"}, *sweep)
+    assert '"streams": 0' in kept
+    assert replay().startswith("id: 1\n")
+    gone = _manage({**two.env, "CRIOGEN_STREAM_RETENTION_SECONDS": "0"}, *sweep)
+    assert '"streams": 0' not in gone
+    # The log is gone: the join rebuilds the events from the checkpoints, without ids.
+    text = replay()
+    assert text.startswith("event: metadata\n")
+    assert "\nid: " not in text
+    assert "event: end" in text
+
+
+def test_a_resumable_stream_is_accepted_on_wait(pair: tuple[Server, Server]) -> None:
+    one, _ = pair
+    tag = uuid.uuid4().hex
+    with one.http() as http:
+        done = http.post(
+            "/runs/wait",
+            json={
+                "assistant_id": "steps",
+                "input": {"n": 0},
+                "stream_resumable": True,
+                "metadata": {"tag": tag},
+            },
+        )
+    assert done.status_code == 200, done.text
+    assert done.json()["steps"] == ["a", "b", "c"]

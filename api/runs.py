@@ -70,7 +70,12 @@ __all__ = [
 logger = logging.getLogger("api.runs")
 
 STREAM_MODES: tuple[str, ...] = get_args(StreamModeName)
-HEARTBEAT_SECONDS = 10.0
+
+
+def heartbeat_seconds() -> float:
+    """How long a stream stays silent before it sends a heartbeat comment
+    (``CRIOGEN_STREAM_HEARTBEAT_SECONDS``)."""
+    return float(getattr(settings, "CRIOGEN_STREAM_HEARTBEAT_SECONDS", 10))
 
 
 def stream_modes(value: Any, field: str = "stream_mode") -> list[str]:
@@ -391,7 +396,7 @@ async def sse_stream(
             if status is None or status in ENDED:
                 break
             try:
-                event = await asyncio.wait_for(layer.receive(name), timeout=HEARTBEAT_SECONDS)
+                event = await asyncio.wait_for(layer.receive(name), timeout=heartbeat_seconds())
             except TimeoutError:
                 yield b": heartbeat\n\n"
                 continue
@@ -502,7 +507,7 @@ async def thread_stream(
         yield _sse("metadata", {"thread_id": thread_id})
         while True:
             try:
-                event = await asyncio.wait_for(layer.receive(name), timeout=HEARTBEAT_SECONDS)
+                event = await asyncio.wait_for(layer.receive(name), timeout=heartbeat_seconds())
             except TimeoutError:
                 yield b": heartbeat\n\n"
                 continue
@@ -788,7 +793,7 @@ async def _produce(
                 await asyncio.sleep(0.05)
                 continue
             try:
-                event = await asyncio.wait_for(layer.receive(name), timeout=HEARTBEAT_SECONDS)
+                event = await asyncio.wait_for(layer.receive(name), timeout=heartbeat_seconds())
             except TimeoutError:
                 continue
             if event.get("type") == "checkpoint.written" and event.get("run_id") == run_id:
@@ -812,7 +817,7 @@ async def log_stream(
     """The SSE body of a resumable run read from its log: the events after id
     ``after`` (only ``modes``' events when given), each with its ``id:`` line, then the
     new ones as they are written, until ``event: end``; a heartbeat comment when
-    nothing comes for ``HEARTBEAT_SECONDS``. ``run_modes`` are the modes the log
+    nothing was sent for :func:`heartbeat_seconds`. ``run_modes`` are the modes the log
     records (to fill it in when its producer is gone)."""
     from channels.layers import get_channel_layer
 
@@ -824,21 +829,27 @@ async def log_stream(
     await layer.group_add(stream_group(run_id), name)
     ended = False
     cursor = after
+    clock = asyncio.get_running_loop().time
+    sent = clock()
     try:
         while True:
             rows = await db(stream_events_after, run_id=run_id, after=cursor, modes=modes)
             for row in rows:
                 yield f"id: {row.seq}\nevent: {row.event}\ndata: {row.data}\n\n".encode()
-                cursor = row.seq
+                cursor, sent = row.seq, clock()
                 if row.event == "end":
                     ended = True
                     return
             if rows:
                 continue
+            # Silent since the last event sent (not the last wake-up: a filtered replay
+            # can be woken often and send nothing).
+            quiet = max(0.0, heartbeat_seconds() - (clock() - sent))
             try:
-                await asyncio.wait_for(layer.receive(name), timeout=HEARTBEAT_SECONDS)
+                await asyncio.wait_for(layer.receive(name), timeout=quiet)
             except TimeoutError:
                 yield b": heartbeat\n\n"
+                sent = clock()
                 # Nothing for a while: if the producer is gone, write what it would have.
                 await db(advance_log, run_id, thread_id, run_modes, {})
     finally:

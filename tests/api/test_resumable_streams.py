@@ -51,13 +51,26 @@ def pair(
         url = f"sqlite://{tmp / 'shared.db'}"
     first = start_server(url, tmp, REDIS_URL=REDIS_URL)
     try:
-        second = start_server(url, tmp, REDIS_URL=REDIS_URL)
+        # The second one sends heartbeats every second (the default is 10 s).
+        second = start_server(url, tmp, REDIS_URL=REDIS_URL, CRIOGEN_STREAM_HEARTBEAT_SECONDS="1")
     except BaseException:
         stop_server(first)
         raise
     yield first, second
     stop_server(second)
     stop_server(first)
+
+
+@pytest.fixture(scope="module")
+def lonely(
+    pair: tuple[Server, Server], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """A third server on the same database but without the shared channel layer
+    (nothing tells it when another process writes a log), heartbeats every second."""
+    tmp = tmp_path_factory.mktemp("resumable-lonely")
+    srv = start_server(pair[0].database_url, tmp, CRIOGEN_STREAM_HEARTBEAT_SECONDS="1")
+    yield srv
+    stop_server(srv)
 
 
 def _part(part: Any) -> tuple[int, str, Any]:
@@ -313,3 +326,40 @@ def test_a_resumable_stream_is_accepted_on_wait(pair: tuple[Server, Server]) -> 
         )
     assert done.status_code == 200, done.text
     assert done.json()["steps"] == ["a", "b", "c"]
+
+
+def test_a_silent_stream_sends_heartbeats(pair: tuple[Server, Server]) -> None:
+    _, two = pair
+    with two.http() as http:
+        tid = http.post("/threads", json={}).json()["thread_id"]
+        body = {"assistant_id": "steps", "input": SLOW, "stream_resumable": True}
+        with http.stream("POST", f"/threads/{tid}/runs/stream", json=body) as response:
+            text = response.read().decode()
+    # Node b sleeps 3 s: about three heartbeats between a's events and b's.
+    between = text.split('"steps":["a"]', 1)[1].split('"steps":["a","b"]', 1)[0]
+    assert between.count(": heartbeat\n\n") >= 2, text
+    assert text.rstrip().endswith("event: end\ndata: null")
+
+
+async def test_a_process_without_the_shared_channel_layer_still_follows_the_log(
+    pair: tuple[Server, Server], lonely: Server
+) -> None:
+    one, _ = pair
+    a, c = one.client("alice"), lonely.client("alice")
+    try:
+        tid = (await a.threads.create())["thread_id"]
+        seen: list[tuple[int, str, Any]] = []
+        stream = a.runs.stream(tid, "steps", input=SLOW, stream_mode=MODES, stream_resumable=True)
+        async with contextlib.aclosing(stream):
+            async for part in stream:
+                seen.append(_part(part))
+                if len(seen) == 3:
+                    break
+        run_id = seen[0][2]["run_id"]
+        rest = await _all(c.runs.join_stream(tid, run_id, last_event_id="3"))
+        _assert_numbered(seen + rest)
+        assert rest[-3][2]["steps"] == ["a", "b", "c"]
+        assert await _all(c.runs.join_stream(tid, run_id, last_event_id="-1")) == seen + rest
+    finally:
+        await a.aclose()
+        await c.aclose()

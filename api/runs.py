@@ -75,7 +75,7 @@ STREAM_MODES: tuple[str, ...] = get_args(StreamModeName)
 def heartbeat_seconds() -> float:
     """How long a stream stays silent before it sends a heartbeat comment
     (``CRIOGEN_STREAM_HEARTBEAT_SECONDS``)."""
-    return float(getattr(settings, "CRIOGEN_STREAM_HEARTBEAT_SECONDS", 10))
+    return float(getattr(settings, "CRIOGEN_STREAM_HEARTBEAT_SECONDS", 5))
 
 
 def stream_modes(value: Any, field: str = "stream_mode") -> list[str]:

@@ -634,6 +634,9 @@ def _cancel_quietly(run_id: str, by: str | None) -> None:
 # left unfinished.
 
 _producers: set[asyncio.Task[None]] = set()
+PRODUCER_ATTEMPTS = 60
+"""A producer gives up after this many failures in a row, a second apart (the
+database away for a minute); readers finish the log from the checkpoints."""
 
 
 def stream_group(run_id: str) -> str:
@@ -776,12 +779,18 @@ async def _produce(
         name = await layer.new_channel()
         await layer.group_add(thread_group(thread_id), name)
     known: dict[str, dict[str, Any]] = {}
+    failures = 0
     try:
         while True:
             try:
                 appended, ended, raced = await db(advance_log, run_id, thread_id, modes, known)
+                failures = 0
             except Exception:
+                failures += 1
                 logger.exception("could not write the stream log of run %s", run_id)
+                if failures >= PRODUCER_ATTEMPTS:
+                    # Readers fill the log in from the checkpoints when it is back.
+                    break
                 await asyncio.sleep(1.0)
                 continue
             if appended:
@@ -851,7 +860,10 @@ async def log_stream(
                 yield b": heartbeat\n\n"
                 sent = clock()
                 # Nothing for a while: if the producer is gone, write what it would have.
-                await db(advance_log, run_id, thread_id, run_modes, {})
+                try:
+                    await db(advance_log, run_id, thread_id, run_modes, {})
+                except Exception:  # noqa: BLE001 - the next heartbeat tries again
+                    logger.warning("could not fill in the log of run %s", run_id, exc_info=True)
     finally:
         await layer.group_discard(stream_group(run_id), name)
         if not ended and cancel_on_disconnect:

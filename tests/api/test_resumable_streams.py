@@ -363,3 +363,35 @@ async def test_a_process_without_the_shared_channel_layer_still_follows_the_log(
     finally:
         await a.aclose()
         await c.aclose()
+
+
+async def test_a_log_whose_writer_died_is_finished_from_the_checkpoints(
+    pair: tuple[Server, Server], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The process that accepted the stream (and ran the run) is killed mid-run: another
+    one takes the run over (the lease reaper) and a reader fills the log in."""
+    _, two = pair
+    tmp = tmp_path_factory.mktemp("resumable-doomed")
+    doomed = start_server(two.database_url, tmp, REDIS_URL=REDIS_URL)
+    d, b = doomed.client("alice"), two.client("alice")
+    try:
+        tid = (await d.threads.create())["thread_id"]
+        seen: list[tuple[int, str, Any]] = []
+        stream = d.runs.stream(tid, "steps", input=SLOW, stream_resumable=True)
+        async with contextlib.aclosing(stream):
+            async for part in stream:
+                seen.append(_part(part))
+                if len(seen) == 3:  # metadata, the input's values, a's values
+                    doomed.process.kill()
+                    doomed.process.wait()
+                    break
+        run_id = seen[0][2]["run_id"]
+        rest = await _all(b.runs.join_stream(tid, run_id, last_event_id="3"))
+        _assert_numbered(seen + rest)
+        assert [p[1] for p in rest] == ["values", "values", "end"]
+        assert rest[1][2]["steps"] == ["a", "b", "c"]
+        assert (await b.runs.get(tid, run_id))["status"] == "success"
+    finally:
+        stop_server(doomed)
+        await d.aclose()
+        await b.aclose()

@@ -10,6 +10,7 @@ the replay, the sweep deletes a log past ``CRIOGEN_STREAM_RETENTION_SECONDS``, a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import uuid
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from langgraph_sdk import get_client
 
 from tests.api.conftest import Server, _manage, start_server, stop_server
 from tests.conftest import START_REDIS, need_service
@@ -71,6 +73,55 @@ def lonely(
     srv = start_server(pair[0].database_url, tmp, CRIOGEN_STREAM_HEARTBEAT_SECONDS="1")
     yield srv
     stop_server(srv)
+
+
+class CuttingProxy:
+    """A TCP proxy standing for a load balancer: its first connection goes to one
+    server and is cut once the response has carried ``cut_after``; every later one goes
+    to the other server (the client's reconnection lands on another process)."""
+
+    def __init__(self, first: Server, then: Server, cut_after: bytes) -> None:
+        self.targets = [first.url, then.url]
+        self.cut_after = cut_after
+        self.connections = 0
+        self.url = ""
+        self._server: Any = None
+
+    async def __aenter__(self) -> CuttingProxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        host, port = self.targets[min(self.connections, 2) - 1].rsplit(":", 1)
+        upstream_r, upstream_w = await asyncio.open_connection(host.split("//")[1], int(port))
+        watch = self.connections == 1
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, cut: bool) -> None:
+            seen = b""
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+                seen += data if cut else b""
+                if cut and self.cut_after in seen:
+                    return
+
+        tasks = [
+            asyncio.ensure_future(pipe(reader, upstream_w, False)),
+            asyncio.ensure_future(pipe(upstream_r, writer, watch)),
+        ]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for w in (writer, upstream_w):
+                w.close()
 
 
 def _part(part: Any) -> tuple[int, str, Any]:
@@ -395,3 +446,32 @@ async def test_a_log_whose_writer_died_is_finished_from_the_checkpoints(
         stop_server(doomed)
         await d.aclose()
         await b.aclose()
+
+
+async def test_the_sdk_reconnects_by_itself_to_another_process_and_misses_nothing(
+    pair: tuple[Server, Server],
+) -> None:
+    """What a front end sees: the connection drops mid-run, the SDK reconnects to the
+    stream's Location with Last-Event-ID (through the proxy, to the other server), and
+    the events it yields are every event once, in order."""
+    one, two = pair
+    a = one.client("alice")
+    try:
+        tid = (await a.threads.create())["thread_id"]
+        async with CuttingProxy(one, two, b'"steps":["a"]') as proxy:
+            via = get_client(url=proxy.url, api_key=one.tokens["alice"])
+            try:
+                got = await _all(
+                    via.runs.stream(
+                        tid, "steps", input=SLOW, stream_mode=MODES, stream_resumable=True
+                    )
+                )
+            finally:
+                await via.aclose()
+        assert proxy.connections == 2  # the stream, then one reconnection
+        _assert_numbered(got)
+        run_id = got[0][2]["run_id"]
+        assert await _all(a.runs.join_stream(tid, run_id, last_event_id="-1")) == got
+        assert got[-2][2] == {"c": {"steps": ["c"], "n": 3}}
+    finally:
+        await a.aclose()

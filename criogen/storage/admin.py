@@ -299,3 +299,35 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 request, f"The new token (copy it now, it is not shown again): {token}"
             )
         super().save_model(request, obj, form, change)
+
+
+# -- resumable streams ----------------------------------------------------------------------
+
+from criogen.storage.models import StreamEvent  # noqa: E402
+
+
+@admin.register(StreamEvent)
+class StreamEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The event logs of resumable streams: read-only (the stream writes them, the
+    sweep deletes them)."""
+
+    list_display = ("run_id", "seq", "event", "mode", "version", "thread_id", "created_at")
+    list_filter = ("event",)
+    search_fields = ("=run_id", "=thread_id")
+    ordering = ("-created_at", "run_id", "seq")
+    readonly_fields = (
+        "run_id",
+        "thread_id",
+        "seq",
+        "version",
+        "mode",
+        "event",
+        "data",
+        "created_at",
+    )
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

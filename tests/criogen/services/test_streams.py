@@ -125,3 +125,18 @@ def test_criogen_sweep_prunes_the_logs_too(thread_id: str, settings: Any) -> Non
     call_command("criogen_sweep", "--no-reap", "--no-deadlines", stdout=out)
     assert json.loads(out.getvalue())["streams"] == 1
     assert stream_tail(run_id=run_id) is None
+
+
+def test_the_admin_lists_a_runs_log(thread_id: str) -> None:
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    run_id = str(uuid.uuid4())
+    append_stream_events(run_id=run_id, thread_id=thread_id, after=0, events=EVENTS)
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    page = client.get("/admin/criogen/streamevent/", {"q": run_id})
+    assert page.status_code == 200
+    assert [e.seq for e in page.context["cl"].result_list] == [1, 2]
+    row = page.context["cl"].result_list[0]
+    assert client.get(f"/admin/criogen/streamevent/{row.pk}/change/").status_code == 200

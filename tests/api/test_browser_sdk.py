@@ -6,7 +6,8 @@ second local origin (another port). With an API token the page creates a thread,
 streams the support agent with ``streamResumable: true``, receives its approval
 interrupt for ``issue_refund``, resumes it as the front end's ``submit({}, {command})``
 does — ``input: {}`` and an edit whose amount is the text ``"5"`` — and the refund of
-5.00 runs exactly once.
+5.00 runs exactly once. A second page "reloads" mid-run: its stream is aborted, and
+``joinStream`` with the last event id it saw gets exactly the rest.
 """
 
 from __future__ import annotations
@@ -66,9 +67,37 @@ async function chat(apiUrl, apiKey) {
           status: (await client.threads.get(thread.thread_id)).status};
 }
 
-async function attempt(apiUrl, apiKey) {
+// A page reload mid-run: the stream is aborted, the run id came from Content-Location
+// (onRunCreated, as useStream's reconnectOnMount keeps it), and joinStream with the last
+// event id picks the run up again.
+async function reload(apiUrl, apiKey) {
+  const client = new LangGraphSDK.Client({apiUrl, apiKey});
+  const thread = await client.threads.create();
+  const controller = new AbortController();
+  let created = null;
+  const before = [];
   try {
-    return await chat(apiUrl, apiKey);
+    for await (const part of client.runs.stream(thread.thread_id, "steps", {
+      input: {n: 0, sleep: 3},
+      streamResumable: true,
+      signal: controller.signal,
+      onRunCreated: (meta) => { created = meta; },
+    })) {
+      before.push({event: part.event, id: part.id, data: part.data});
+      if (before.length === 3) controller.abort();
+    }
+  } catch (error) {
+    if (!controller.signal.aborted) throw error;
+  }
+  const after = await collect(client.runs.joinStream(thread.thread_id, created.run_id, {
+    lastEventId: before[before.length - 1].id,
+  }));
+  return {thread_id: thread.thread_id, created, before, after};
+}
+
+async function attempt(apiUrl, apiKey, what) {
+  try {
+    return await (what === "reload" ? reload : chat)(apiUrl, apiKey);
   } catch (error) {
     return {error: String(error) + "\\n" + (error && error.stack)};
   }
@@ -146,19 +175,25 @@ def _ids(parts: list[dict[str, Any]]) -> list[int]:
     return [int(p["id"]) for p in parts]
 
 
-def test_the_chat_front_ends_calls_stream_approve_an_edit_and_refund_once(
-    chromium: Any, app_origin: str, server: Server
-) -> None:
+def _run_page(chromium: Any, app_origin: str, server: Server, what: str) -> dict[str, Any]:
     context = chromium.new_context()
     try:
         page = context.new_page()
         page.goto(app_origin + "/index.html")
-        result = page.evaluate(
-            "([api, token]) => attempt(api, token)", [server.url, server.tokens["alice"]]
+        result: dict[str, Any] = page.evaluate(
+            "([api, token, what]) => attempt(api, token, what)",
+            [server.url, server.tokens["alice"], what],
         )
     finally:
         context.close()
     assert "error" not in result, result.get("error")
+    return result
+
+
+def test_the_chat_front_ends_calls_stream_approve_an_edit_and_refund_once(
+    chromium: Any, app_origin: str, server: Server
+) -> None:
+    result = _run_page(chromium, app_origin, server, "chat")
 
     asked, answered = result["asked"], result["answered"]
     # Resumable: every event has its id, 1, 2, 3… per run; each stream ends.
@@ -208,3 +243,20 @@ def test_the_chat_front_ends_calls_stream_approve_an_edit_and_refund_once(
     assert json.loads(refunded[0][1]) == {"order_id": "42", "amount": 5.0}
     assert refunded[0][2] == "success"
     assert decisions == [("edit", "alice")]
+
+
+def test_a_reloaded_page_picks_the_run_up_with_join_stream_and_the_last_event_id(
+    chromium: Any, app_origin: str, server: Server
+) -> None:
+    result = _run_page(chromium, app_origin, server, "reload")
+    before, after = result["before"], result["after"]
+    assert [p["event"] for p in before] == ["metadata", "values", "values"]
+    # The run id the page read from Content-Location (exposed to scripts by CORS).
+    assert result["created"] == {
+        "run_id": before[0]["data"]["run_id"],
+        "thread_id": result["thread_id"],
+    }
+    assert _ids(before) == [1, 2, 3]
+    assert _ids(after) == [4, 5, 6]
+    assert [p["event"] for p in after] == ["values", "values", "end"]
+    assert after[1]["data"]["steps"] == ["a", "b", "c"]

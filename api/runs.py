@@ -23,6 +23,11 @@ requested mode::
 
 It starts with ``event: metadata`` (``{"run_id", "attempt"}``), sends ``event: error``
 if the run fails, and always ends with ``event: end``.
+
+Resumable streams (``stream_resumable``): the same events, written once to the run's
+log in the database by a producer task and read back by every client with their ids
+(``id: 1``, ``id: 2``…), so that ``Last-Event-ID`` resumes on any process; see the
+section "resumable streams" below.
 """
 
 from __future__ import annotations

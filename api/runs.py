@@ -710,7 +710,11 @@ def advance_log(
     # checkpoints read here too (the other order could write `end` without them).
     status = _status(run_id)
     found = _new_checkpoints(thread_id, run_id, tail.version)
-    base = _checkpoint_at(thread_id, tail.version)
+    # What the first checkpoint changed is measured from the one just before it (a run
+    # queued behind another starts after that one's last checkpoint, not at the head
+    # seen when its log was opened).
+    first = tail.seq == 1 and bool(found)
+    base = _checkpoint_at(thread_id, found[0].version - 1 if first else tail.version)
     before: dict[str, Any] = base.state if base is not None else {}
     previous = base if base is not None and str(base.run_id) == run_id else None
     items: list[tuple[int, str, str, str]] = []

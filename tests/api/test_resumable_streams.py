@@ -475,3 +475,36 @@ async def test_the_sdk_reconnects_by_itself_to_another_process_and_misses_nothin
         assert got[-2][2] == {"c": {"steps": ["c"], "n": 3}}
     finally:
         await a.aclose()
+
+
+async def test_a_run_queued_behind_another_streams_only_its_own_changes(
+    pair: tuple[Server, Server],
+) -> None:
+    one, two = pair
+    a, b = one.client("alice"), two.client("alice")
+    try:
+        tid = (await a.threads.create())["thread_id"]
+        await a.runs.create(tid, "steps", input={"n": 0, "sleep": 2})
+        live = await _all(
+            a.runs.stream(
+                tid,
+                "steps",
+                input={"n": 10, "sleep": 0},
+                stream_mode="updates",
+                stream_resumable=True,
+                multitask_strategy="enqueue",
+            )
+        )
+        _assert_numbered(live)
+        updates = [p[2] for p in live if p[1] == "updates"]
+        assert updates == [
+            {"__start__": {"n": 10, "sleep": 0}},
+            {"a": {"steps": ["a"], "n": 11}},
+            {"b": {"steps": ["b"], "n": 12}},
+            {"c": {"steps": ["c"], "n": 13}},
+        ]
+        run_id = live[0][2]["run_id"]
+        assert await _all(b.runs.join_stream(tid, run_id, last_event_id="-1")) == live
+    finally:
+        await a.aclose()
+        await b.aclose()

@@ -217,10 +217,16 @@ async def _stream_response(
 
 
 async def _start_log(
-    run: Run, modes: list[str], channel: tuple[Any, str] | None, cleanup: Any
+    run: Run | dict[str, Any],
+    modes: list[str],
+    channel: tuple[Any, str] | None,
+    cleanup: Any,
 ) -> None:
     """Open a resumable run's log and start its producer on this event loop."""
-    run_id, thread_id = str(run.run_id), str(run.thread_id)
+    if isinstance(run, dict):
+        run_id, thread_id = str(run["run_id"]), str(run["thread_id"])
+    else:
+        run_id, thread_id = str(run.run_id), str(run.thread_id)
     try:
         await db(api_runs.open_log, run_id, thread_id)
     except BaseException:
@@ -552,7 +558,11 @@ async def stream_stateless_run(request: HttpRequest, payload: RunCreateIn) -> Ht
 )
 async def create_batch(request: HttpRequest, payload: list[RunBatchItemIn]) -> list[dict[str, Any]]:
     """Each item is a background run (on ``thread_id``, or stateless without it)."""
-    return await db(_create_batch, principal(request), payload)
+    out = await db(_create_batch, principal(request), payload)
+    for item, run in zip(payload, out, strict=True):
+        if item.stream_resumable:
+            await _start_log(run, api_runs.stream_modes(item.stream_mode), None, None)
+    return out
 
 
 def _create_batch(who: Principal, payload: list[RunBatchItemIn]) -> list[dict[str, Any]]:

@@ -244,6 +244,21 @@ async def test_a_stateless_run_and_a_background_run_are_resumable_too(
         _assert_numbered(logged)
         assert logged[0] == (1, "metadata", {"run_id": made["run_id"], "attempt": 1})
         assert logged[-2][2]["steps"] == ["a", "b", "c"]
+
+        third = (await a.threads.create())["thread_id"]
+        (batched,) = await a.runs.create_batch(
+            [
+                {
+                    "thread_id": third,
+                    "assistant_id": "steps",
+                    "input": {"n": 0},
+                    "stream_resumable": True,
+                }
+            ]
+        )
+        logged = await _all(b.runs.join_stream(third, batched["run_id"], last_event_id="0"))
+        _assert_numbered(logged)
+        assert logged[-2][2]["steps"] == ["a", "b", "c"]
     finally:
         await a.aclose()
         await b.aclose()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -523,3 +524,33 @@ async def test_a_run_queued_behind_another_streams_only_its_own_changes(
     finally:
         await a.aclose()
         await b.aclose()
+
+
+def test_the_in_process_timer_prunes_logs_past_their_retention(
+    pair: tuple[Server, Server], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    one, _ = pair
+    tmp = tmp_path_factory.mktemp("resumable-sweeper")
+    sweeper = start_server(
+        one.database_url,
+        tmp,
+        CRIOGEN_SWEEP_SECONDS="1",
+        CRIOGEN_STREAM_RETENTION_SECONDS="1",
+    )
+    try:
+        with sweeper.http() as http:
+            tid = http.post("/threads", json={}).json()["thread_id"]
+            body = {"assistant_id": "steps", "input": {"n": 0}, "stream_resumable": True}
+            with http.stream("POST", f"/threads/{tid}/runs/stream", json=body) as response:
+                assert response.read().decode().startswith("id: 1\n")
+            where = response.headers["location"]
+            deadline = time.monotonic() + 30
+            while True:
+                replay = http.get(where, headers={"Last-Event-ID": "-1"}).text
+                if not replay.startswith("id: "):
+                    break
+                assert time.monotonic() < deadline, "the timer did not prune the log in 30 s"
+                time.sleep(0.5)
+        assert replay.startswith("event: metadata\n")  # rebuilt from the checkpoints
+    finally:
+        stop_server(sweeper)

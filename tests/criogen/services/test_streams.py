@@ -140,3 +140,14 @@ def test_the_admin_lists_a_runs_log(thread_id: str) -> None:
     assert [e.seq for e in page.context["cl"].result_list] == [1, 2]
     row = page.context["cl"].result_list[0]
     assert client.get(f"/admin/criogen/streamevent/{row.pk}/change/").status_code == 200
+
+
+def test_celery_beats_sweep_task_prunes_the_logs_too(thread_id: str, settings: Any) -> None:
+    from criogen.tasks import sweep_threads_task
+
+    settings.CRIOGEN_STREAM_RETENTION_SECONDS = 0
+    run_id = ended_run(thread_id)
+    append_stream_events(run_id=run_id, thread_id=thread_id, after=0, events=EVENTS)
+    age(run_id, 1)
+    assert sweep_threads_task()["streams"] == 1
+    assert stream_tail(run_id=run_id) is None

@@ -799,6 +799,7 @@ def start_background() -> None:
 
 def _tick(period: float) -> None:
     from criogen.services.deadlines import fire_deadlines
+    from criogen.services.streams import prune_streams
     from criogen.services.threads import sweep_threads
 
     reap_every = min(period, float(settings.CRIOGEN_REAP_SECONDS) or period)
@@ -810,6 +811,7 @@ def _tick(period: float) -> None:
             if time.monotonic() - last_sweep >= period:
                 last_sweep = time.monotonic()
                 sweep_threads()
+                prune_streams()  # resumable-stream logs past CRIOGEN_STREAM_RETENTION_SECONDS
                 fire_deadlines()
         except _CONNECTION_LOST as exc:
             # Its connection broke (killed while idle): the next round opens a new one.

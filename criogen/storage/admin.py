@@ -337,3 +337,35 @@ class LangGraphCheckpointAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+
+# -- resumable streams ----------------------------------------------------------------------
+
+from criogen.storage.models import StreamEvent  # noqa: E402
+
+
+@admin.register(StreamEvent)
+class StreamEventAdmin(admin.ModelAdmin):
+    """The event logs of resumable streams: read-only (the stream writes them, the
+    sweep deletes them)."""
+
+    list_display = ("run_id", "seq", "event", "mode", "version", "thread_id", "created_at")
+    list_filter = ("event",)
+    search_fields = ("=run_id", "=thread_id")
+    ordering = ("-created_at", "run_id", "seq")
+    readonly_fields = (
+        "run_id",
+        "thread_id",
+        "seq",
+        "version",
+        "mode",
+        "event",
+        "data",
+        "created_at",
+    )
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

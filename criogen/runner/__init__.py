@@ -44,8 +44,13 @@ so it offers :func:`enqueue_run`, :func:`request_stop` and :func:`start_next` he
 
 from __future__ import annotations
 
-from criogen.runner.base import HANDED_BACK, MAX_HAND_BACKS, _shutdown
-from criogen.runner.claim import _claim, _claim_statements
+# _claim, _claim_statements and _shutdown are reached by the runner's tests
+# (tests/criogen/test_runner.py); they are shared objects, so changing them here
+# changes them for the modules that use them.
+from criogen.runner.base import HANDED_BACK, MAX_HAND_BACKS
+from criogen.runner.base import _shutdown as _shutdown
+from criogen.runner.claim import _claim as _claim
+from criogen.runner.claim import _claim_statements as _claim_statements
 from criogen.runner.execute import execute_run
 from criogen.runner.handoff import enqueue_run, start_next
 from criogen.runner.inprocess import drain, start_background
@@ -64,8 +69,3 @@ __all__ = [
     "start_background",
     "start_next",
 ]
-
-# Reached by the runner's tests (tests/criogen/test_runner.py): the claim, its
-# per-database statements, and this process's shutdown flag (shared objects, so
-# changing them here changes them for the modules that use them).
-_TESTED = (_claim, _claim_statements, _shutdown)

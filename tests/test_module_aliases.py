@@ -62,19 +62,19 @@ API_MODELS = [
 
 @pytest.mark.parametrize(("name", "home"), API_MODELS)
 def test_the_old_api_models_names_warn_and_give_the_cores_objects(name: str, home: str) -> None:
-    import api.models
+    api_models = importlib.import_module("api.models")
 
     with pytest.warns(DeprecationWarning, match=f"api.models.{name} is deprecated.*{home}"):
-        old = getattr(api.models, name)
+        old = getattr(api_models, name)
 
     assert old is getattr(importlib.import_module(home), name)
 
 
 def test_api_models_imports_no_model_and_keeps_the_default_its_migration_names() -> None:
-    import api.models
+    api_models = importlib.import_module("api.models")
 
     # Loaded by Django with the app: it must not warn, nor import a model.
-    assert "ApiToken" not in vars(api.models) and "Cron" not in vars(api.models)
-    assert api.models._now() is not None  # api migration 0002's default, without a warning
+    assert "ApiToken" not in vars(api_models) and "Cron" not in vars(api_models)
+    assert api_models._now() is not None  # api migration 0002's default, without a warning
     with pytest.raises(AttributeError):
-        api.models.Missing  # noqa: B018
+        api_models.Missing  # noqa: B018

@@ -138,7 +138,8 @@ def create_run(
         decider: who answers, as the door authenticated them (None: a trusted door —
             Python, deadlines); an answer is refused with NotAllowedToDecide (403,
             audited) unless :func:`may_decide` says yes.
-        _seen: internal: what :func:`answer_thread` already read of the thread.
+        _seen: internal: what :func:`answer_thread` or :func:`retry_thread` already
+            read of the thread.
     Raises:
         InvalidArgument (422, names the field), ThreadNotFound (404),
         CheckpointNotFound (404), GraphNotFound (404), ThreadBusy (409, strategy
@@ -721,8 +722,10 @@ def retry_thread(
     """Continue the thread's failed or interrupted turn from its last checkpoint.
     Raises NothingToRetry (409) when its head is neither failed nor stopped mid-run,
     StaleHead when ``expected`` is given and the head moved on."""
-    assistant = _thread_assistant(thread_id)
-    thread = Thread.objects.get(pk=thread_id)
+    seen = _Seen(thread_id)
+    assistant = seen.assistant()
+    thread = seen.thread
+    assert thread is not None  # else seen.assistant() raised ThreadNotFound
     busy = Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).exists()
     if not busy and thread.head_status not in ("failed", "in_progress"):
         raise NothingToRetry(
@@ -738,4 +741,5 @@ def retry_thread(
         by=by,
         door=door,
         expected=expected,
+        _seen=seen,
     )

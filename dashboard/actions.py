@@ -19,6 +19,8 @@ from criogen.engine.errors import CriogenError
 from criogen.selectors import can_operate, who_decided
 from criogen.services.runs import Decider, answer_thread, retry_thread
 from criogen.services.threads import rewind_thread
+from dashboard.answers import field_of
+from dashboard.forms import FormError
 
 if TYPE_CHECKING:
     from criogen.storage.models import Thread
@@ -123,10 +125,15 @@ def _answer(*, thread: Thread, expected: str, value: Any, user: Any) -> None:
 
 
 def resume(*, thread: Thread, expected: str, value: Any, user: Any) -> Outcome:
-    """Answer a workflow's suspension with ``value`` (a run resumes it)."""
+    """Answer a workflow's suspension with ``value`` (a run resumes it). A value the
+    step does not take raises FormError naming the form field."""
     try:
         _answer(thread=thread, expected=expected, value=value, user=user)
     except CriogenError as exc:
+        if exc.code == "invalid_argument":
+            # The step does not take this value (a typed suspension): say so next to
+            # the field the refusal names, and keep what was typed.
+            raise FormError(field_of(str(exc.details.get("field") or "")), exc.message) from None
         thread.refresh_from_db()
         return _refused(exc, thread, expected)
     return Outcome(True, "Resumed: a run continues the thread.")

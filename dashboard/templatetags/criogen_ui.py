@@ -80,6 +80,13 @@ def json_text(value: Any) -> str:
 
 
 @register.filter
+def all_allow(calls: Any, decision: str) -> bool:
+    """Whether every waiting call allows ``decision`` (its ``allowed_decisions``): a
+    button that would answer all of them is shown only then."""
+    return all(decision in getattr(call, "allowed", ()) for call in calls or ())
+
+
+@register.filter
 def thread_segment(thread_id: Any) -> str:
     """The thread id as one URL path segment (see :mod:`dashboard.converters`)."""
     from dashboard.converters import encode_thread_id

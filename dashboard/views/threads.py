@@ -14,6 +14,7 @@ from criogen import Storage
 from criogen.engine.errors import CheckpointNotFound
 from criogen.selectors import checkpoint_row, runs_for_thread
 from dashboard import actions
+from dashboard.answers import AnswerForm, answer_form, keep_typed, read_answer
 from dashboard.data import (
     STATUSES,
     TIMELINE_PAGE,
@@ -101,12 +102,21 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
     return {
         "thread": thread,
         "waiting": waiting,
+        "answer": waiting_answer(waiting),
         "interrupted": interrupted,
         "can_retry": thread.head_status == "failed" or interrupted,
         "head_error": body.get("error"),
         "can_act": can_act,
         "user": user,
     }
+
+
+def waiting_answer(waiting: InboxItem | None) -> AnswerForm | None:
+    """The typed form of a workflow's one pending suspension (None: an approval, or
+    several suspensions pending, answered as JSON)."""
+    if waiting is None or waiting.kind != "workflow" or len(waiting.interrupts) != 1:
+        return None
+    return answer_form(waiting.interrupts[0])
 
 
 def timeline_context(thread: Thread, *, before: int | None, selected_id: str) -> dict[str, Any]:
@@ -199,7 +209,7 @@ def rewind_confirm(request: HtmxHttpRequest, thread_id: str, checkpoint_id: str)
     return render(request, "dashboard/thread.html", context)
 
 
-ACTIONS = ("approve", "reject", "edit", "decide", "resume", "retry", "rewind")
+ACTIONS = ("approve", "reject", "edit", "decide", "choice", "resume", "retry", "rewind")
 
 
 @require_POST
@@ -263,6 +273,8 @@ def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
         response.status_code = status
         return response
     context = actions_context(request.user, t, can_act=can_act)
+    if form_error and context["answer"] is not None:
+        keep_typed(context["answer"], request.POST, form_error)
     if form_error and context["waiting"] is not None:
         # Give back what the operator typed, so fixing one field does not lose the rest.
         for call in context["waiting"].calls:
@@ -306,8 +318,14 @@ def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> a
         if not target:
             raise FormError("checkpoint", "Choose the checkpoint to rewind to.")
         return actions.rewind(thread=t, checkpoint_id=target, expected=expected or None, user=user)
-    if button == "resume":
-        value = parse_json(request.POST.get("value", ""), "value")
+    if button in ("resume", "choice"):
+        row = checkpoint_row(thread_id=t.pk, checkpoint_id=expected)
+        interrupts = list(body_of(row).get("interrupts") or []) if row is not None else []
+        form = answer_form(interrupts[0]) if len(interrupts) == 1 else None
+        if form is not None and form.typed and t.head_id == expected:
+            value = read_answer(request.POST, form, interrupts[0])
+        else:
+            value = parse_json(request.POST.get("value", ""), "value")
         return actions.resume(thread=t, expected=expected, value=value, user=user)
     if button in ("approve", "reject", "edit", "decide"):
         row = checkpoint_row(thread_id=t.pk, checkpoint_id=expected)

@@ -154,14 +154,17 @@ def decide(*, thread: Thread, expected: str, decisions: list[dict[str, Any]], us
     return Outcome(True, f"{summary}: the agent continues.")
 
 
-def retry(*, thread: Thread, user: Any, expected: str | None = None) -> Outcome:
-    """Retry a failed or interrupted run from its last checkpoint (the head the
-    operator saw: ``expected``)."""
+def retry(
+    *, thread: Thread, user: Any, expected: str | None = None, resumed: bool = False
+) -> Outcome:
+    """Retry a failed or crashed run from its last checkpoint (the head the operator
+    saw: ``expected``); ``resumed``: continue a thread a person paused (a rewind)."""
     try:
         run = retry_thread(thread_id=thread.pk, by=actor(user), door="ui", expected=expected)
     except CriogenError as exc:
         return _refused(exc, thread, "")
-    return Outcome(True, f"Retrying: run {str(run.run_id)[:8]} continues it.")
+    verb = "Continuing" if resumed else "Retrying"
+    return Outcome(True, f"{verb}: run {str(run.run_id)[:8]} continues it.")
 
 
 def rewind(

@@ -98,16 +98,39 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
             calls=calls,
             interrupts=interrupts,
         )
-    interrupted = thread.head_status == "in_progress" and not thread.lease_alive
+    unfinished = thread.head_status == "in_progress"
+    # A person's fork is paused whatever the lease says: the rewind itself held the
+    # thread a moment, and a live update rendered in that moment must not say "running".
+    paused = paused_by_person(thread, head, body) if unfinished else None
+    interrupted = unfinished and paused is None and not thread.lease_alive
     return {
         "thread": thread,
         "waiting": waiting,
         "answer": waiting_answer(waiting),
         "interrupted": interrupted,
+        "paused": paused,
         "can_retry": thread.head_status == "failed" or interrupted,
         "head_error": body.get("error"),
         "can_act": can_act,
         "user": user,
+    }
+
+
+def paused_by_person(thread: Thread, head: Any, body: dict[str, Any]) -> dict[str, Any] | None:
+    """Why an unfinished head has no run, when a person put it there: a rewind or a
+    state edit (a ``fork`` checkpoint) that no run has taken up since. None for a
+    crash: a run wrote the head (or took up the fork) and died."""
+    if head is None or head.source != "fork":
+        return None
+    latest = runs_for_thread(thread_id=thread.pk, limit=1)
+    if latest and latest[0].created_at > head.created_at:
+        return None  # a run took the fork up and is gone: that is a crash
+    meta = body.get("metadata") or {}
+    return {
+        "by": str(meta.get("actor") or ""),
+        "rewound_to": meta.get("forked_version"),
+        "edited": bool(meta.get("update")),
+        "at": head.created_at,
     }
 
 
@@ -209,7 +232,17 @@ def rewind_confirm(request: HtmxHttpRequest, thread_id: str, checkpoint_id: str)
     return render(request, "dashboard/thread.html", context)
 
 
-ACTIONS = ("approve", "reject", "edit", "decide", "choice", "resume", "retry", "rewind")
+ACTIONS = (
+    "approve",
+    "reject",
+    "edit",
+    "decide",
+    "choice",
+    "resume",
+    "retry",
+    "continue",
+    "rewind",
+)
 
 
 @require_POST
@@ -311,8 +344,12 @@ def _edit_index(error: FormError | None) -> int | None:
 
 def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> actions.Outcome:
     user = request.user
-    if button == "retry":
-        return actions.retry(thread=t, expected=expected or None, user=user)
+    if button in ("retry", "continue"):
+        # Continuing a paused fork and retrying a crash are one verb: a run goes on from
+        # the head. Only the words differ.
+        return actions.retry(
+            thread=t, expected=expected or None, user=user, resumed=button == "continue"
+        )
     if button == "rewind":
         target = request.POST.get("checkpoint", "")
         if not target:

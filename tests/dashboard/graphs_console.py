@@ -46,3 +46,18 @@ form = Workflow(name="form")
 form.add_node("order", _order)
 form.add_edge(START, "order").add_edge("order", END)
 """``form``: a suspension whose schema uses every widget the dashboard renders."""
+
+
+class Crash(BaseException):
+    """Stands for the process dying mid-run (not an error the engine records)."""
+
+
+def _dies(state: dict[str, Any]) -> dict[str, Any]:
+    raise Crash("the worker died")
+
+
+crashing = Workflow(name="crashing")
+crashing.add_node("a", lambda s: {"a": True})
+crashing.add_node("b", _dies)
+crashing.add_edge(START, "a").add_edge("a", "b").add_edge("b", END)
+"""``crashing``: node ``b`` takes the process down (the head stays ``in_progress``)."""

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from criogen import Storage
 from criogen.engine.errors import CheckpointNotFound
 from criogen.selectors import checkpoint_row, runs_for_thread
+from criogen.selectors_console import edited_calls, timeline_events, timeline_steps
 from dashboard import actions
 from dashboard.answers import AnswerForm, answer_form, keep_typed, read_answer
 from dashboard.data import (
@@ -150,6 +151,9 @@ def timeline_context(thread: Thread, *, before: int | None, selected_id: str) ->
     )
     return {
         "entries": entries,
+        # What wrote each checkpoint and how long it took; the decisions in between.
+        "steps": timeline_steps(thread.pk, entries),
+        "events": timeline_events(thread.pk, [e.id for e in entries]),
         "older": older,
         "before": before,
         "selected_id": selected_id,
@@ -174,12 +178,22 @@ def panel_context(thread: Thread, checkpoint_id: str) -> dict[str, Any]:
             parent = storage.get_checkpoint(thread.pk, selected.parent_id)
         except CheckpointNotFound:
             parent = None
+    messages_list = transcript(selected.state)
+    if any(m["tool_calls"] for m in messages_list):
+        # Next to a call a person edited: the arguments that actually ran (the model's
+        # stay shown above them, and in the decision record).
+        edited = edited_calls(thread.pk)
+        for m in messages_list:
+            m["tool_calls"] = [
+                {**c, "ran": edited[c["id"]]} if c.get("id") in edited else c
+                for c in m["tool_calls"]
+            ]
     return {
         "selected": selected,
         "selected_id": selected.id,
         "parent": parent,
         "diff": state_diff(parent.state if parent else None, selected.state),
-        "messages_list": transcript(selected.state),
+        "messages_list": messages_list,
     }
 
 

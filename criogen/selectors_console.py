@@ -13,11 +13,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import Exists, OuterRef
+
 from criogen.selectors import TimelineEntry, open_json
 from criogen.storage.models import AuditEvent, Decision
 from criogen.storage.models import Checkpoint as CheckpointRow
 
-__all__ = ["StepFacts", "TimelineEvent", "edited_calls", "timeline_events", "timeline_steps"]
+__all__ = [
+    "StepFacts",
+    "TimelineEvent",
+    "edited_calls",
+    "timeline_events",
+    "timeline_page",
+]
 
 SHOWN_ACTIONS = ("decide", "resume", "retry", "rewind", "update_state", "input")
 """The audit actions the timeline shows as events (a person's or a door's doing)."""
@@ -46,27 +54,45 @@ class TimelineEvent:
     """For agent edits: ``{"tool", "call_id", "original", "edited"}`` per edited call."""
 
 
-def timeline_steps(thread_id: str, entries: list[TimelineEntry]) -> dict[int, StepFacts]:
-    """:class:`StepFacts` per version of ``entries`` (one query: their bodies and the one
-    just before the oldest)."""
-    if not entries:
-        return {}
-    versions = [e.version for e in entries]
-    low = min(versions) - 1
-    rows = CheckpointRow.objects.filter(
-        thread_id=thread_id, version__gte=max(low, 1), version__lte=max(versions)
-    ).values_list("version", "source", "run_id", "created_at", "body")
-    by_version = {
-        v: (source, run_id, created, _body(body)) for v, source, run_id, created, body in rows
-    }
-    out: dict[int, StepFacts] = {}
-    for version in versions:
-        if version not in by_version:
-            continue
-        source, run_id, created, body = by_version[version]
-        parent = by_version.get(version - 1)
-        out[version] = StepFacts(_wrote(source, body, parent), _took(run_id, created, parent))
-    return out
+def timeline_page(
+    thread_id: str, *, before: int | None = None, size: int = 100
+) -> tuple[list[TimelineEntry], dict[int, StepFacts], list[str]]:
+    """One page of the timeline in one query: the checkpoints (newest first, older than
+    version ``before``) as :func:`criogen.selectors.timeline` gives them, the
+    :class:`StepFacts` of each, and the ids of those an audited action wrote (for
+    :func:`timeline_events`, so a thread without any costs no second query)."""
+    qs = CheckpointRow.objects.filter(thread_id=thread_id)
+    if before is not None:
+        qs = qs.filter(version__lt=before)
+    audited = AuditEvent.objects.filter(
+        thread_id=thread_id, after=OuterRef("pk"), action__in=SHOWN_ACTIONS
+    )
+    rows = list(
+        qs.annotate(audited=Exists(audited))
+        .order_by("-version")
+        .values_list(
+            "id",
+            "version",
+            "source",
+            "status",
+            "created_at",
+            "run_id",
+            "parent_id",
+            "body",
+            "audited",
+        )[: size + 1]  # one more: the parent of the oldest, for its step's facts
+    )
+    parsed = {r[1]: (r[2], r[5], r[4], _body(r[7])) for r in rows}
+    entries = [TimelineEntry(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows[:size]]
+    versions = {e.id: e.version for e in entries}
+    steps: dict[int, StepFacts] = {}
+    for e in entries:
+        if e.source == "fork" and e.parent_id:
+            e.forked_from = versions.get(e.parent_id)
+        source, run_id, created, body = parsed[e.version]
+        parent = parsed.get(e.version - 1)
+        steps[e.version] = StepFacts(_wrote(source, body, parent), _took(run_id, created, parent))
+    return entries, steps, [r[0] for r in rows[:size] if r[8]]
 
 
 def _body(text: str) -> dict[str, Any]:

@@ -45,7 +45,7 @@ def actor(user: Any) -> str:
 
 def _already(thread: Thread, checkpoint_id: str) -> Outcome:
     by, at = who_decided(thread, checkpoint_id)
-    when = timezone.localtime(at).strftime("%H:%M:%S") if at else "a moment ago"
+    when = timezone.localtime(at).strftime("%H:%M:%S %Z") if at else "a moment ago"
     who = by or "another operator"
     return Outcome(
         ok=False,
@@ -59,7 +59,7 @@ def _already(thread: Thread, checkpoint_id: str) -> Outcome:
 
 def decided_note(by: str, at: datetime | None) -> Outcome:
     """The note a live page shows when the suspension it displayed was answered."""
-    when = timezone.localtime(at).strftime("%H:%M:%S") if at else "just now"
+    when = timezone.localtime(at).strftime("%H:%M:%S %Z") if at else "just now"
     return Outcome(
         ok=True,
         message=f"Decided by {by or 'another operator'} at {when}.",
@@ -80,7 +80,7 @@ def _refused(exc: CriogenError, thread: Thread, checkpoint_id: str) -> Outcome:
                 when = datetime.fromisoformat(at)
             except ValueError:
                 when = None
-        stamp = timezone.localtime(when).strftime("%H:%M:%S") if when else str(at or "")
+        stamp = timezone.localtime(when).strftime("%H:%M:%S %Z") if when else str(at or "")
         return Outcome(
             ok=False,
             message=f"Already decided by {by or 'another operator'}"

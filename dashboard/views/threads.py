@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from criogen import Storage
 from criogen.engine.errors import CheckpointNotFound
 from criogen.selectors import checkpoint_row, runs_for_thread
-from criogen.selectors_console import edited_calls, timeline_events, timeline_steps
+from criogen.selectors_console import edited_calls, timeline_events, timeline_page
 from dashboard import actions
 from dashboard.answers import AnswerForm, answer_form, keep_typed, read_answer
 from dashboard.data import (
@@ -31,7 +31,6 @@ from dashboard.data import (
     state_diff,
     status_counts,
     threads_page,
-    timeline,
     transcript,
 )
 from dashboard.forms import FormError, decisions_from, parse_json
@@ -145,15 +144,17 @@ def waiting_answer(waiting: InboxItem | None) -> AnswerForm | None:
 
 def timeline_context(thread: Thread, *, before: int | None, selected_id: str) -> dict[str, Any]:
     """What the timeline partial needs (one query for up to 200 checkpoints)."""
-    entries = timeline(thread, before=before)
+    # One query for the page, what wrote each checkpoint and whether a person's action
+    # did; a second only when some did.
+    entries, steps, audited = timeline_page(thread.pk, before=before, size=TIMELINE_PAGE)
     older = (
         entries[-1].version if len(entries) == TIMELINE_PAGE and entries[-1].version > 1 else None
     )
     return {
         "entries": entries,
         # What wrote each checkpoint and how long it took; the decisions in between.
-        "steps": timeline_steps(thread.pk, entries),
-        "events": timeline_events(thread.pk, [e.id for e in entries]),
+        "steps": steps,
+        "events": timeline_events(thread.pk, audited),
         "older": older,
         "before": before,
         "selected_id": selected_id,
@@ -298,7 +299,9 @@ def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
     if request.POST.get("from") == "inbox" and form_error:
         # Refused input in an inbox card: swap nothing, so the card keeps what was
         # typed; criogen.js shows a plain-text 422 next to the form that sent it.
-        return HttpResponse(form_error.message, status=422, content_type="text/plain")
+        refused = HttpResponse(form_error.message, status=422, content_type="text/plain")
+        refused["X-Criogen-Field"] = form_error.field  # criogen.js marks it aria-invalid
+        return refused
     if request.POST.get("from") == "inbox":
         from dashboard.views.inbox import inbox_context
 

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from criogen.engine.errors import CriogenError
-from criogen.selectors import can_operate, who_decided
-from criogen.services.runs import Decider, answer_thread, retry_thread
-from criogen.services.threads import rewind_thread
+from criogen.selectors import can_operate, get_run, who_decided
+from criogen.services.runs import Decider, answer_thread, cancel_run, retry_thread
+from criogen.services.threads import rewind_thread, update_thread_state
 from dashboard.answers import field_of
 from dashboard.forms import FormError
 
@@ -183,3 +183,35 @@ def rewind(
     except CriogenError as exc:
         return _refused(exc, thread, "")
     return Outcome(True, f"Rewound: the new head v{cp.version} is a copy of the chosen checkpoint.")
+
+
+def edit_state(*, thread: Thread, values: Any, user: Any, expected: str | None) -> Outcome:
+    """Merge ``values`` into the thread's state (a ``fork`` checkpoint, audited as
+    ``update_state``): the way to fix a bad input before Retry. Values the engine
+    refuses raise FormError on the ``state`` box."""
+    try:
+        cp = update_thread_state(
+            thread_id=thread.pk, values=values, by=actor(user), door="ui", expected=expected
+        )
+    except CriogenError as exc:
+        if exc.code in ("invalid_argument", "invalid_state"):
+            raise FormError("state", exc.message) from None
+        return _refused(exc, thread, "")
+    return Outcome(True, f"State saved as v{cp.version}; retry or continue from it.")
+
+
+def cancel(*, thread: Thread, run_id: str, user: Any) -> Outcome:
+    """Cancel a pending or running run of ``thread`` (it stops before its next step;
+    its checkpoints stay)."""
+    try:
+        run = get_run(run_id=run_id, thread_id=thread.pk)
+        run = cancel_run(run=run, by=actor(user), door="ui")
+    except CriogenError as exc:
+        return _refused(exc, thread, "")
+    if run.status == "interrupted":
+        return Outcome(True, f"Cancelled run {str(run.run_id)[:8]}.")
+    if run.cancel_action:
+        return Outcome(
+            True, f"Cancelling run {str(run.run_id)[:8]}: it stops before its next step."
+        )
+    return Outcome(False, f"Run {str(run.run_id)[:8]} had already ended ({run.status}).", "warning")

@@ -353,10 +353,11 @@ def _event_row(event: Any, tz: Any) -> str:
                 f'<td class="old">{old}</td><td class="new">{new}</td></tr>'
             )
         diffs.append(
+            '<div class="table-scroll" role="region" tabindex="0" aria-label="Edited arguments">'
             f'<table class="argdiff" data-call="{escape(edit["call_id"])}">'
             f"<caption>{escape(edit['tool'])}: arguments edited</caption>"
             '<thead><tr><th scope="col">argument</th><th scope="col">original</th>'
-            f'<th scope="col">edited</th></tr></thead><tbody>{"".join(lines)}</tbody></table>'
+            f'<th scope="col">edited</th></tr></thead><tbody>{"".join(lines)}</tbody></table></div>'
         )
     stamp = event.at.astimezone(tz)
     who = escape(event.actor or "someone")

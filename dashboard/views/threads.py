@@ -110,6 +110,8 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
         "interrupted": interrupted,
         "paused": paused,
         "can_retry": thread.head_status == "failed" or interrupted,
+        # The state can be edited whenever no run holds the thread.
+        "can_edit_state": bool(thread.head_id) and not thread.lease_alive,
         "head_error": body.get("error"),
         "can_act": can_act,
         "user": user,
@@ -120,10 +122,17 @@ def paused_by_person(thread: Thread, head: Any, body: dict[str, Any]) -> dict[st
     """Why an unfinished head has no run, when a person put it there: a rewind or a
     state edit (a ``fork`` checkpoint) that no run has taken up since. None for a
     crash: a run wrote the head (or took up the fork) and died."""
-    if head is None or head.source != "fork":
+    if head is None:
         return None
     latest = runs_for_thread(thread_id=thread.pk, limit=1)
-    if latest and latest[0].created_at > head.created_at:
+    last = latest[0] if latest else None
+    if last is not None and last.status == "interrupted" and last.cancelled_by:
+        # A person cancelled the run that was writing: a pause too.
+        at = last.ended_at or head.created_at
+        return {"by": last.cancelled_by, "cancelled": True, "at": at}
+    if head.source != "fork":
+        return None
+    if last is not None and last.created_at > head.created_at:
         return None  # a run took the fork up and is gone: that is a crash
     meta = body.get("metadata") or {}
     return {
@@ -257,6 +266,8 @@ ACTIONS = (
     "retry",
     "continue",
     "rewind",
+    "save_state",
+    "cancel",
 )
 
 
@@ -323,6 +334,8 @@ def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
         response.status_code = status
         return response
     context = actions_context(request.user, t, can_act=can_act)
+    if form_error and form_error.field == "state":
+        context["typed_state"] = request.POST.get("state", "")
     if form_error and context["answer"] is not None:
         keep_typed(context["answer"], request.POST, form_error)
     if form_error and context["waiting"] is not None:
@@ -367,6 +380,13 @@ def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> a
         return actions.retry(
             thread=t, expected=expected or None, user=user, resumed=button == "continue"
         )
+    if button == "save_state":
+        values = parse_json(request.POST.get("state", ""), "state")
+        if not isinstance(values, dict):
+            raise FormError("state", "state: write a JSON object of the keys to change.")
+        return actions.edit_state(thread=t, values=values, user=user, expected=expected or None)
+    if button == "cancel":
+        return actions.cancel(thread=t, run_id=request.POST.get("run", ""), user=user)
     if button == "rewind":
         target = request.POST.get("checkpoint", "")
         if not target:

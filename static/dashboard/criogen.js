@@ -232,28 +232,41 @@
   });
 
   // -- the checkpoint panel follows the head it showed ------------------------------------
-  // The panel shows one checkpoint; when it was the head and a live update brings a new
-  // head, the panel loads the new one (a checkpoint the operator picked stays put).
-  var followed = null;
+  // The panel shows one checkpoint. While it shows the head (as on load, or after the
+  // operator picked the head), each new head a live update brings is loaded into it; a
+  // checkpoint picked by hand, or a rewind confirmation, stays put. Answers can arrive
+  // out of order, so only the newest wanted one is swapped in.
   function headLink() {
     var timeline = document.getElementById("timeline");
     var row = timeline && timeline.querySelector('li.cp[data-version="' + timeline.dataset.head + '"]');
     return row ? row.querySelector("a.v") : null;
   }
-  document.addEventListener("htmx:wsBeforeMessage", function () {
+  function panelShows(link) {
     var shown = document.getElementById("panel");
-    var link = headLink();
-    followed = shown && link && shown.dataset.checkpoint && link.getAttribute("hx-get").indexOf("/" + shown.dataset.checkpoint + "/") !== -1
-      ? shown.dataset.checkpoint : null;
-  });
+    return !!(shown && link && shown.dataset.checkpoint &&
+      link.getAttribute("hx-get").indexOf("/" + shown.dataset.checkpoint + "/") !== -1);
+  }
+  var follows = panelShows(headLink());
+  var wanted = null;
+  document.addEventListener("click", function (ev) {
+    if (!ev.target.closest) return;
+    var picked = ev.target.closest(".timeline a.v");
+    if (picked) { follows = picked === headLink(); wanted = null; }
+    if (ev.target.closest(".timeline a.rewind")) { follows = false; wanted = null; }
+  }, true);
   document.addEventListener("htmx:wsAfterMessage", function () {
-    var was = followed;
-    followed = null;
     var link = headLink();
-    if (!was || !link || !window.htmx) return;
+    if (!follows || !link || !window.htmx || panelShows(link)) return;
     var url = link.getAttribute("hx-get");
-    if (url.indexOf("/" + was + "/") !== -1) return;
+    if (url === wanted) return;
+    wanted = url;
     htmx.ajax("GET", url, { target: "#panel", swap: "outerHTML" });
+  });
+  document.addEventListener("htmx:beforeSwap", function (ev) {
+    if (!wanted || !ev.detail.target || ev.detail.target.id !== "panel") return;
+    var path = ev.detail.pathInfo ? ev.detail.pathInfo.requestPath : "";
+    if (path && path !== wanted) { ev.detail.shouldSwap = !follows; return; }
+    if (path === wanted) wanted = null;
   });
 
   // -- ages tick, and turn late -----------------------------------------------------------

@@ -119,8 +119,7 @@ def form_field_for(name: str, key: str | None, schema: dict[str, Any], required:
     if "default" in schema:
         default = schema["default"]
         if widget == "radio" or widget == "select":
-            value = next((i for i, o in enumerate(schema["enum"]) if o == default), "")
-            value = str(value)
+            value = next((str(i) for i, o in enumerate(schema["enum"]) if o == default), "")
         elif widget == "checkbox":
             value = "on" if default is True else ""
         elif widget in ("text", "textarea") and isinstance(default, str):

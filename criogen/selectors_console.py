@@ -110,7 +110,8 @@ def _wrote(source: str, body: dict[str, Any], parent: Any) -> str:
             )
         return f"rewind by {who}"
     if source == "input":
-        return f"input by {meta['actor']}" if meta.get("actor") else "input"
+        # The source already says "input"; only who sent it adds something.
+        return f"input by {meta['actor']}" if meta.get("actor") else ""
     if source == "failure":
         node = (body.get("error") or {}).get("node")
         if node:

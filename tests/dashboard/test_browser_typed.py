@@ -26,7 +26,9 @@ def start_review(server: Any, title: str) -> str:
 
     def go(client: Any) -> None:
         client.threads.create(thread_id=thread_id, metadata={"graph_id": "review"})
-        run = client.runs.create(thread_id, "review", input={"title": title, "body": "b"})
+        run = client.runs.create(
+            thread_id, "review", input={"title": title, "body": "We refund within 14 days."}
+        )
         client.runs.join(thread_id, run["run_id"])
 
     server.call(go)

@@ -24,9 +24,17 @@ $(TS_SDK): tests/api/ts/package-lock.json
 	cd tests/api/ts && npm ci --no-audit --no-fund --loglevel=error
 	touch $(TS_SDK)
 
+A11Y := tests/dashboard/a11y/node_modules/.installed
+
+$(A11Y): tests/dashboard/a11y/package-lock.json
+	cd tests/dashboard/a11y && npm ci --no-audit --no-fund --loglevel=error
+	touch $(A11Y)
+
 install: $(STAMP) ## Create .venv and install Criogen with its dev tools
 
 install-ts: $(TS_SDK) ## Install the TypeScript SDK the smoke test drives (npm)
+
+install-a11y: $(A11Y) ## Install axe-core, which the dashboard's accessibility test runs in Chromium (npm)
 
 migrate: install ## Apply database migrations (DATABASE_URL, default: ./db.sqlite3)
 	$(BIN)/python manage.py migrate --noinput
@@ -56,7 +64,7 @@ fmt: install ## Format the code
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: install install-ts check ## Run the whole test suite (SQLite, PostgreSQL, memory)
+test: install install-ts install-a11y check ## Run the whole test suite (SQLite, PostgreSQL, memory)
 	$(BIN)/pytest -q -p no:randomly tests/test_boundaries.py
 	$(BIN)/pytest -q
 
@@ -86,5 +94,5 @@ screenshots: install ## Regenerate the dashboard screenshots in docs/img/
 openapi-snapshot: install ## Regenerate openapi.json from the REST API (commit it)
 	$(BIN)/python manage.py openapi_snapshot openapi.json
 
-.PHONY: help install install-ts migrate demo check lint typecheck lint-imports fmt test reliability bench bench-scale \
+.PHONY: help install install-ts install-a11y migrate demo check lint typecheck lint-imports fmt test reliability bench bench-scale \
 	screenshots openapi-snapshot

@@ -35,6 +35,7 @@ from criogen.engine.active_run import (
     check_durability,
     check_on_busy,
 )
+from criogen.engine.answers import check_declaration, check_typed_answers
 from criogen.engine.checkpoints import (
     Checkpoint,
     CheckpointWrite,
@@ -128,7 +129,14 @@ _current: contextvars.ContextVar[NodeContext | None] = contextvars.ContextVar(
 )
 
 
-def suspend(reason: str, payload: Any = None, **extra: Any) -> Any:
+def suspend(
+    reason: str,
+    payload: Any = None,
+    *,
+    choices: list[Any] | Mapping[str, Any] | None = None,
+    schema: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> Any:
     """Pause the run for a person; return the value they resume it with.
 
     The first time a node calls ``suspend`` the run stops with a ``suspend``
@@ -140,6 +148,12 @@ def suspend(reason: str, payload: Any = None, **extra: Any) -> Any:
     Args:
         reason: short text shown to operators ("approve refund").
         payload: JSON shown with it (what to approve, a question…).
+        choices: the answers the step takes, a list of values or ``{label: value}``
+            (the dashboard shows one button each).
+        schema: a JSON Schema the answer must fit (criogen.engine.answers lists the
+            keywords checked; the dashboard renders it as a form). With both, an
+            answer fits when it is a choice or fits the schema; any other answer is
+            refused before a run is created (InvalidArgument naming the field).
         extra: more JSON kept on the interrupt (``deadline``, ``default``…).
     """
     ctx = _current.get()
@@ -153,6 +167,11 @@ def suspend(reason: str, payload: Any = None, **extra: Any) -> Any:
     if index < len(ctx.resumes):
         return ctx.resumes[index]
     check_json(payload, "suspend payload")
+    check_declaration(choices, schema)
+    if choices is not None:
+        extra["choices"] = choices
+    if schema is not None:
+        extra["schema"] = schema
     check_json(extra, "suspend options")
     raise _Suspend(reason, payload, extra)
 
@@ -454,6 +473,10 @@ class WorkflowThread(ThreadBase):
         has moved on since, StaleHead and nothing changes.
         """
         check_json(value, "resume value")
+        head = self.head
+        if head is not None and head.status == "suspended":
+            # A typed suspension (choices / schema) takes only what it declared.
+            check_typed_answers(head.interrupts, value)
         audit = self._audit_event("resume", by=by, door=door, details={"value": value})
         return self._go("resume", value=value, audit=audit, expected=expected, **options)
 
@@ -473,15 +496,17 @@ class WorkflowThread(ThreadBase):
     def check_answer(self, value: Any) -> None:
         check_json(value, "resume value")
         head = self.head
-        if head is None or head.status != "suspended" or len(head.interrupts) < 2:
+        if head is None or head.status != "suspended" or not head.interrupts:
             return
-        ids = {i["id"] for i in head.interrupts}
-        if not (isinstance(value, dict) and value and set(value) <= ids):
-            raise InvalidArgument(
-                f"{len(ids)} suspensions are pending; resume with {{interrupt_id: value, …}} "
-                f"naming them ({', '.join(sorted(ids))}).",
-                field="command.resume",
-            )
+        if len(head.interrupts) > 1:
+            ids = {i["id"] for i in head.interrupts}
+            if not (isinstance(value, dict) and value and set(value) <= ids):
+                raise InvalidArgument(
+                    f"{len(ids)} suspensions are pending; resume with "
+                    f"{{interrupt_id: value, …}} naming them ({', '.join(sorted(ids))}).",
+                    field="command.resume",
+                )
+        check_typed_answers(head.interrupts, value)
 
     def _prepare_update(self, values: Mapping[str, Any] | None, as_node: str | None) -> Any:
         if as_node is not None and as_node not in self.app.graph.nodes:

@@ -12,7 +12,8 @@ Nothing here writes. One module per concern; every name is importable from
 - :mod:`~criogen.selectors.search`: the REST thread search and count.
 - :mod:`~criogen.selectors.runs`: runs by id, of a thread, the active ones.
 - :mod:`~criogen.selectors.checkpoints`: checkpoint rows, their decoded bodies, a
-  thread's timeline.
+  thread's timeline; :mod:`~criogen.selectors.timeline`: the console's timeline page
+  (what wrote each checkpoint, step durations, people's decisions, edited calls).
 - :mod:`~criogen.selectors.assistants`, :mod:`~criogen.selectors.store`,
   :mod:`~criogen.selectors.crons`: the REST resources of those names.
 - :mod:`~criogen.selectors.inbox`, :mod:`~criogen.selectors.thread_list`,

@@ -24,9 +24,17 @@ $(TS_SDK): tests/api/ts/package-lock.json
 	cd tests/api/ts && npm ci --no-audit --no-fund --loglevel=error
 	touch $(TS_SDK)
 
+A11Y := tests/dashboard/a11y/node_modules/.installed
+
+$(A11Y): tests/dashboard/a11y/package-lock.json
+	cd tests/dashboard/a11y && npm ci --no-audit --no-fund --loglevel=error
+	touch $(A11Y)
+
 install: $(STAMP) ## Create .venv and install Criogen with its dev tools
 
 install-ts: $(TS_SDK) ## Install the TypeScript SDK the smoke test drives (npm)
+
+install-a11y: $(A11Y) ## Install axe-core, which the dashboard's accessibility test runs in Chromium (npm)
 
 migrate: install ## Apply database migrations (DATABASE_URL, default: ./db.sqlite3)
 	$(BIN)/python manage.py migrate --noinput
@@ -34,9 +42,10 @@ migrate: install ## Apply database migrations (DATABASE_URL, default: ./db.sqlit
 demo: install ## Start the dashboard with demo data on http://127.0.0.1:8000
 	$(BIN)/python manage.py criogen_demo --serve --addrport 127.0.0.1:8000
 
-check: install ## Lint, Django checks, migrations up to date, import boundaries
+check: install ## Lint, types, Django checks, migrations up to date, import boundaries
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python manage.py check --fail-level WARNING
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/lint-imports
@@ -45,6 +54,9 @@ lint: install ## ruff (lint + format check)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+typecheck: install ## mypy over criogen/engine (strict) and criogen/storage ([tool.mypy])
+	$(BIN)/mypy
+
 lint-imports: install ## The engine imports no Django (import-linter)
 	$(BIN)/lint-imports
 
@@ -52,7 +64,7 @@ fmt: install ## Format the code
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: install install-ts check ## Run the whole test suite (SQLite, PostgreSQL, memory)
+test: install install-ts install-a11y check ## Run the whole test suite (SQLite, PostgreSQL, memory)
 	$(BIN)/pytest -q -p no:randomly tests/test_boundaries.py
 	$(BIN)/pytest -q
 
@@ -82,5 +94,5 @@ screenshots: install ## Regenerate the dashboard screenshots in docs/img/
 openapi-snapshot: install ## Regenerate openapi.json from the REST API (commit it)
 	$(BIN)/python manage.py openapi_snapshot openapi.json
 
-.PHONY: help install install-ts migrate demo check lint lint-imports fmt test reliability bench bench-scale \
+.PHONY: help install install-ts install-a11y migrate demo check lint typecheck lint-imports fmt test reliability bench bench-scale \
 	screenshots openapi-snapshot

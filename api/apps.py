@@ -18,7 +18,7 @@ class ApiConfig(AppConfig):
         from django.contrib.auth.models import Permission
         from django.db.models.signals import post_delete, post_migrate
 
-        from api.auth import forget_operate_permission
+        from criogen.services.tokens import forget_operate_permission
 
         # The token lookup remembers criogen.operate's id; a flush or a deletion
         # makes it anew.

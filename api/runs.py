@@ -23,6 +23,11 @@ requested mode::
 
 It starts with ``event: metadata`` (``{"run_id", "attempt"}``), sends ``event: error``
 if the run fails, and always ends with ``event: end``.
+
+Resumable streams (``stream_resumable``): the same events, written once to the run's
+log in the database by a producer task and read back by every client with their ids
+(``id: 1``, ``id: 2``…), so that ``Last-Event-ID`` resumes on any process; see the
+section "resumable streams" below.
 """
 
 from __future__ import annotations
@@ -52,10 +57,17 @@ if TYPE_CHECKING:
 __all__ = [
     "RESULT_FIELDS",
     "STREAM_MODES",
+    "advance_log",
     "check_options",
+    "has_log",
+    "last_event_id",
+    "log_stream",
+    "open_log",
     "run_out",
     "run_result",
     "sse_stream",
+    "start_producer",
+    "stream_group",
     "stream_modes",
     "thread_stream",
 ]
@@ -63,7 +75,12 @@ __all__ = [
 logger = logging.getLogger("api.runs")
 
 STREAM_MODES: tuple[str, ...] = get_args(StreamModeName)
-HEARTBEAT_SECONDS = 10.0
+
+
+def heartbeat_seconds() -> float:
+    """How long a stream stays silent before it sends a heartbeat comment
+    (``CRIOGEN_STREAM_HEARTBEAT_SECONDS``)."""
+    return float(getattr(settings, "CRIOGEN_STREAM_HEARTBEAT_SECONDS", 5))
 
 
 def stream_modes(value: Any, field: str = "stream_mode") -> list[str]:
@@ -95,11 +112,6 @@ def check_options(payload: Any, *, stream: bool = False) -> None:
         raise InvalidArgument("feedback_keys (LangSmith) is not supported.", field="feedback_keys")
     if getattr(payload, "langsmith_tracer", None):
         raise InvalidArgument("langsmith_tracer is not supported.", field="langsmith_tracer")
-    if getattr(payload, "stream_resumable", False):
-        raise InvalidArgument(
-            "stream_resumable is not supported: join_stream replays the run's checkpoints.",
-            field="stream_resumable",
-        )
     if getattr(payload, "after_seconds", None):
         raise InvalidArgument(
             "after_seconds (delayed runs) is not supported.", field="after_seconds"
@@ -189,9 +201,12 @@ def claim_owner(who: Principal, thread_id: str | None, *, created: bool) -> None
 # -- streaming ------------------------------------------------------------------------
 
 
+def _json(data: Any) -> str:
+    return json.dumps(data, default=_default, separators=(",", ":"))
+
+
 def _sse(event: str, data: Any) -> bytes:
-    text = json.dumps(data, default=_default, separators=(",", ":"))
-    return f"event: {event}\ndata: {text}\n\n".encode()
+    return f"event: {event}\ndata: {_json(data)}\n\n".encode()
 
 
 def _default(value: Any) -> Any:
@@ -266,7 +281,20 @@ def _events_for(
     run_id: str,
     before: dict[str, Any],
 ) -> list[bytes]:
-    out: list[bytes] = []
+    return [
+        _sse(event, data) for _, event, data in _event_items(cp, modes, updates, run_id, before)
+    ]
+
+
+def _event_items(
+    cp: Checkpoint,
+    modes: list[str],
+    updates: dict[str, Any],
+    run_id: str,
+    before: dict[str, Any],
+) -> list[tuple[str, str, Any]]:
+    """The events of one checkpoint in ``modes``: ``(mode, event name, data)`` each."""
+    out: list[tuple[str, str, Any]] = []
     step = cp.metadata.get("step", cp.version - 1)
     stamp = cp.created_at.isoformat()
     for mode in modes:
@@ -274,20 +302,21 @@ def _events_for(
             values = dict(cp.state)
             if cp.status == "suspended":
                 values["__interrupt__"] = [threads.interrupt_out(i) for i in cp.interrupts]
-            out.append(_sse("values", values))
+            out.append((mode, "values", values))
         elif mode == "updates":
-            out.append(_sse("updates", updates))
+            out.append((mode, "updates", updates))
         elif mode == "debug":
             payload = {"type": "checkpoint", "step": step, "timestamp": stamp}
-            out.append(_sse("debug", {**payload, "payload": _debug_payload(cp)}))
+            out.append((mode, "debug", {**payload, "payload": _debug_payload(cp)}))
         elif mode == "checkpoints":
-            out.append(_sse("checkpoints", _debug_payload(cp)))
+            out.append((mode, "checkpoints", _debug_payload(cp)))
         elif mode == "tasks":
             for node, result in updates.items():
                 if node.startswith("__"):
                     continue
                 out.append(
-                    _sse(
+                    (
+                        mode,
                         "tasks",
                         {
                             "id": threads.task_id(cp.parent_id or cp.id, node),
@@ -301,7 +330,8 @@ def _events_for(
         elif mode == "events":
             for node, result in updates.items():
                 out.append(
-                    _sse(
+                    (
+                        mode,
                         "events",
                         {
                             "event": "on_chain_stream",
@@ -323,10 +353,10 @@ def _events_for(
             for message in messages[start:]:
                 meta = {"langgraph_node": node, "langgraph_step": step, "run_id": run_id}
                 if mode == "messages-tuple":
-                    out.append(_sse("messages", [message, meta]))
+                    out.append((mode, "messages", [message, meta]))
                 else:
-                    out.append(_sse("messages/metadata", {str(id(message)): {"metadata": meta}}))
-                    out.append(_sse("messages/complete", [message]))
+                    out.append((mode, "messages/metadata", {str(id(message)): {"metadata": meta}}))
+                    out.append((mode, "messages/complete", [message]))
     return out
 
 
@@ -371,7 +401,7 @@ async def sse_stream(
             if status is None or status in ENDED:
                 break
             try:
-                event = await asyncio.wait_for(layer.receive(name), timeout=HEARTBEAT_SECONDS)
+                event = await asyncio.wait_for(layer.receive(name), timeout=heartbeat_seconds())
             except TimeoutError:
                 yield b": heartbeat\n\n"
                 continue
@@ -482,7 +512,7 @@ async def thread_stream(
         yield _sse("metadata", {"thread_id": thread_id})
         while True:
             try:
-                event = await asyncio.wait_for(layer.receive(name), timeout=HEARTBEAT_SECONDS)
+                event = await asyncio.wait_for(layer.receive(name), timeout=heartbeat_seconds())
             except TimeoutError:
                 yield b": heartbeat\n\n"
                 continue
@@ -593,3 +623,257 @@ def _cancel_quietly(run_id: str, by: str | None) -> None:
             cancel_run(run=run, action="interrupt", by=by or "client disconnected")
         except Exception:
             logger.exception("could not cancel run %s after its client left", run_id)
+
+
+# -- resumable streams ------------------------------------------------------------------------
+#
+# A run streamed (or created) with ``stream_resumable: true`` has a producer: a task on
+# the event loop of the web process that accepted it, which follows the run until it
+# ends and writes every event to the run's log in the database
+# (:mod:`criogen.services.streams`), whether or not a client is listening. Clients read
+# the log — the one that started the run as well as any that reconnects, to this or to
+# another process, with ``Last-Event-ID`` — and are woken by a ``stream.appended``
+# message on :func:`stream_group` of the run (the channel layer: Redis across
+# processes). A reader that hears nothing for a heartbeat fills the log in from the
+# run's checkpoints itself (the producer's process may have gone), so a log is never
+# left unfinished.
+
+_producers: set[asyncio.Task[None]] = set()
+PRODUCER_ATTEMPTS = 60
+"""A producer gives up after this many failures in a row, a second apart (the
+database away for a minute); readers finish the log from the checkpoints."""
+
+
+def stream_group(run_id: str) -> str:
+    """The Channels group told when a run's log grows."""
+    from criogen.events import run_group
+
+    return "stream-" + run_group(run_id).removeprefix("run-")
+
+
+def last_event_id(value: str | None) -> int:
+    """``Last-Event-ID`` as the id to read after (absent, ``-1`` or ``0``: all)."""
+    if value is None or not value.strip():
+        return 0
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise InvalidArgument(
+            f"Last-Event-ID is {value!r}; send the id of the last event received "
+            "(a whole number), or -1 for all of them.",
+            field="last_event_id",
+        ) from None
+    return max(number, 0)
+
+
+def open_log(run_id: str, thread_id: str) -> None:
+    """Start the run's log with ``event: metadata`` (once; a second call does nothing)."""
+    from criogen.services.streams import append_stream_events, stream_tail
+
+    if stream_tail(run_id=run_id) is not None:
+        return
+    start = _start_version(thread_id, run_id)
+    data = _json({"run_id": run_id, "attempt": 1})
+    append_stream_events(
+        run_id=run_id, thread_id=thread_id, after=0, events=[(start, "", "metadata", data)]
+    )
+
+
+def has_log(run_id: str) -> bool:
+    """Whether the run was streamed resumably (its log exists)."""
+    from criogen.services.streams import stream_tail
+
+    return stream_tail(run_id=run_id) is not None
+
+
+def _checkpoint_at(thread_id: str, version: int) -> Checkpoint | None:
+    if version <= 0:
+        return None
+    found = threads.storage().history(thread_id, limit=1, before=version + 1)
+    return found[0] if found else None
+
+
+def advance_log(
+    run_id: str, thread_id: str, modes: list[str], known: dict[str, dict[str, Any]]
+) -> tuple[bool, bool, bool]:
+    """Write the events of the run's checkpoints its log lacks, and ``error`` / ``end``
+    once it has ended. ``known`` holds the updates live events carried, by checkpoint
+    id (else they are rebuilt from the states). Returns ``(appended, ended, raced)``:
+    ``raced`` when another process appended first, so that nothing was written here and
+    the caller should look again."""
+    from criogen.services.streams import append_stream_events, stream_tail
+
+    tail = stream_tail(run_id=run_id)
+    if tail is None or tail.ended:
+        return False, True, False
+    # The status first, then the checkpoints: a run that ends in between has its last
+    # checkpoints read here too (the other order could write `end` without them).
+    status = _status(run_id)
+    found = _new_checkpoints(thread_id, run_id, tail.version)
+    # What the first checkpoint changed is measured from the one just before it (a run
+    # queued behind another starts after that one's last checkpoint, not at the head
+    # seen when its log was opened).
+    first = tail.seq == 1 and bool(found)
+    base = _checkpoint_at(thread_id, found[0].version - 1 if first else tail.version)
+    before: dict[str, Any] = base.state if base is not None else {}
+    previous = base if base is not None and str(base.run_id) == run_id else None
+    items: list[tuple[int, str, str, str]] = []
+    for cp in found:
+        updates = _updates_of(cp, known.pop(cp.id, None), previous, before)
+        items.extend(
+            (cp.version, mode, event, _json(data))
+            for mode, event, data in _event_items(cp, modes, updates, run_id, before)
+        )
+        previous, before = cp, cp.state
+    version = found[-1].version if found else tail.version
+    ended = status is None or status in ENDED
+    if ended:
+        run = selectors.find_run(run_id)
+        if run is not None and run.status == "error":
+            error = run.error or {}
+            failure = {
+                "error": error.get("type") or error.get("code") or "Error",
+                "message": error.get("message") or "the run failed",
+            }
+            items.append((version, "", "error", _json(failure)))
+        items.append((version, "", "end", "null"))
+    if not items:
+        return False, False, False
+    seqs = append_stream_events(run_id=run_id, thread_id=thread_id, after=tail.seq, events=items)
+    if seqs is None:
+        return False, False, True
+    return True, ended, False
+
+
+async def _tell_readers(run_id: str) -> None:
+    from channels.layers import get_channel_layer
+
+    try:
+        await get_channel_layer().group_send(stream_group(run_id), {"type": "stream.appended"})
+    except Exception:  # noqa: BLE001 - readers also look again at every heartbeat
+        logger.warning("could not tell the readers of run %s", run_id, exc_info=True)
+
+
+def start_producer(
+    *,
+    run_id: str,
+    thread_id: str,
+    modes: list[str],
+    channel: tuple[Any, str] | None = None,
+    after_end: Any = None,
+) -> None:
+    """Follow the run on this process's event loop and write its log until it ends
+    (the log must have been opened with :func:`open_log`)."""
+    task = asyncio.get_running_loop().create_task(
+        _produce(run_id, thread_id, modes, channel, after_end),
+        name=f"criogen-stream-{run_id}",
+    )
+    _producers.add(task)  # the loop keeps only weak references to tasks
+    task.add_done_callback(_producers.discard)
+
+
+async def _produce(
+    run_id: str,
+    thread_id: str,
+    modes: list[str],
+    channel: tuple[Any, str] | None,
+    after_end: Any,
+) -> None:
+    from channels.layers import get_channel_layer
+
+    from criogen.events import thread_group
+
+    layer, name = channel if channel is not None else (get_channel_layer(), None)
+    if name is None:
+        name = await layer.new_channel()
+        await layer.group_add(thread_group(thread_id), name)
+    known: dict[str, dict[str, Any]] = {}
+    failures = 0
+    try:
+        while True:
+            try:
+                appended, ended, raced = await db(advance_log, run_id, thread_id, modes, known)
+                failures = 0
+            except Exception:
+                failures += 1
+                logger.exception("could not write the stream log of run %s", run_id)
+                if failures >= PRODUCER_ATTEMPTS:
+                    # Readers fill the log in from the checkpoints when it is back.
+                    break
+                await asyncio.sleep(1.0)
+                continue
+            if appended:
+                await _tell_readers(run_id)
+            if ended:
+                break
+            if raced:
+                # Another process wrote first (a reader filling in): read its tail again.
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                event = await asyncio.wait_for(layer.receive(name), timeout=heartbeat_seconds())
+            except TimeoutError:
+                continue
+            if event.get("type") == "checkpoint.written" and event.get("run_id") == run_id:
+                known[str(event.get("checkpoint_id"))] = event.get("updates") or {}
+    finally:
+        await layer.group_discard(thread_group(thread_id), name)
+        if after_end is not None:
+            await db(after_end)
+
+
+async def log_stream(
+    *,
+    run_id: str,
+    thread_id: str,
+    after: int,
+    modes: list[str] | None,
+    run_modes: list[str],
+    cancel_on_disconnect: bool = False,
+    cancelled_by: str | None = None,
+) -> AsyncIterator[bytes]:
+    """The SSE body of a resumable run read from its log: the events after id
+    ``after`` (only ``modes``' events when given), each with its ``id:`` line, then the
+    new ones as they are written, until ``event: end``; a heartbeat comment when
+    nothing was sent for :func:`heartbeat_seconds`. ``run_modes`` are the modes the log
+    records (to fill it in when its producer is gone)."""
+    from channels.layers import get_channel_layer
+
+    from criogen.services.streams import stream_events_after
+
+    layer = get_channel_layer()
+    name = await layer.new_channel()
+    # Subscribe before reading: an append between the read and the wait still wakes us.
+    await layer.group_add(stream_group(run_id), name)
+    ended = False
+    cursor = after
+    clock = asyncio.get_running_loop().time
+    sent = clock()
+    try:
+        while True:
+            rows = await db(stream_events_after, run_id=run_id, after=cursor, modes=modes)
+            for row in rows:
+                yield f"id: {row.seq}\nevent: {row.event}\ndata: {row.data}\n\n".encode()
+                cursor, sent = row.seq, clock()
+                if row.event == "end":
+                    ended = True
+                    return
+            if rows:
+                continue
+            # Silent since the last event sent (not the last wake-up: a filtered replay
+            # can be woken often and send nothing).
+            quiet = max(0.0, heartbeat_seconds() - (clock() - sent))
+            try:
+                await asyncio.wait_for(layer.receive(name), timeout=quiet)
+            except TimeoutError:
+                yield b": heartbeat\n\n"
+                sent = clock()
+                # Nothing for a while: if the producer is gone, write what it would have.
+                try:
+                    await db(advance_log, run_id, thread_id, run_modes, {})
+                except Exception:  # noqa: BLE001 - the next heartbeat tries again
+                    logger.warning("could not fill in the log of run %s", run_id, exc_info=True)
+    finally:
+        await layer.group_discard(stream_group(run_id), name)
+        if not ended and cancel_on_disconnect:
+            await db(_cancel_quietly, run_id, cancelled_by)

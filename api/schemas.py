@@ -289,7 +289,12 @@ class RunCreateIn(In):
     on_completion: Literal["delete", "keep"] | None = None
     stream_mode: StreamModeName | list[StreamModeName] | None = None
     stream_subgraphs: bool | None = None
-    stream_resumable: bool | None = None
+    stream_resumable: bool | None = Field(
+        None,
+        description="Keep the run's events, with ids, so that GET "
+        "/threads/{thread_id}/runs/{run_id}/stream with Last-Event-ID resumes a dropped "
+        "stream on any server process (streams and background runs; ignored by wait).",
+    )
     feedback_keys: list[str] | None = None
     after_seconds: int | None = None
     strict_resume: bool | None = None

@@ -261,6 +261,14 @@ CRIOGEN_STREAMS_PER_USER = envint("CRIOGEN_STREAMS_PER_USER", 20)
 # A history page ends early once its states weigh this much (as JSON); 0: no limit.
 CRIOGEN_MAX_HISTORY_BYTES = envint("CRIOGEN_MAX_HISTORY_BYTES", 32 * 1024 * 1024)
 CRIOGEN_STREAMS_PER_THREAD = envint("CRIOGEN_STREAMS_PER_THREAD", 20)
+# Resumable streams (stream_resumable: true) keep their events in the database table
+# criogen_stream_event for this long after the run's last event (seconds); the sweep
+# (CRIOGEN_SWEEP_SECONDS, Celery beat's criogen-sweep-threads, criogen_sweep) deletes them.
+CRIOGEN_STREAM_RETENTION_SECONDS = envint("CRIOGEN_STREAM_RETENTION_SECONDS", 3600)
+# A run or thread stream silent for this long sends a heartbeat comment (": heartbeat",
+# every 5 s as LangGraph's server does), so that proxies keep the connection and clients
+# can tell a dead one (seconds).
+CRIOGEN_STREAM_HEARTBEAT_SECONDS = envint("CRIOGEN_STREAM_HEARTBEAT_SECONDS", 5)
 CRIOGEN_ENCRYPTION_KEY = envstr("CRIOGEN_ENCRYPTION_KEY")
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_RESULT_BACKEND = None  # run outcomes live in the Run table, not in Celery

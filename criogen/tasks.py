@@ -39,10 +39,12 @@ def reap_expired_task() -> dict[str, list[str]]:
 
 @shared_task(name="criogen.tasks.sweep_threads_task", ignore_result=True)
 def sweep_threads_task() -> dict[str, int]:
-    """Apply the TTL policy of expired threads (Celery beat)."""
+    """Apply the TTL policy of expired threads and delete old resumable-stream logs
+    (Celery beat)."""
+    from criogen.services.streams import prune_streams
     from criogen.services.threads import sweep_threads
 
-    return sweep_threads()
+    return {**sweep_threads(), "streams": prune_streams()}
 
 
 @shared_task(name="criogen.tasks.fire_deadlines_task", ignore_result=True)

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from criogen.engine.errors import CriogenError
-from criogen.selectors import can_operate, who_decided
-from criogen.services.runs import Decider, answer_thread, retry_thread
-from criogen.services.threads import rewind_thread
+from criogen.selectors import can_operate, get_run, who_decided
+from criogen.services.runs import Decider, answer_thread, cancel_run, retry_thread
+from criogen.services.threads import rewind_thread, update_thread_state
+from dashboard.answers import field_of
+from dashboard.forms import FormError
 
 if TYPE_CHECKING:
     from criogen.storage.models import Thread
@@ -43,7 +45,7 @@ def actor(user: Any) -> str:
 
 def _already(thread: Thread, checkpoint_id: str) -> Outcome:
     by, at = who_decided(thread, checkpoint_id)
-    when = timezone.localtime(at).strftime("%H:%M:%S") if at else "a moment ago"
+    when = timezone.localtime(at).strftime("%H:%M:%S %Z") if at else "a moment ago"
     who = by or "another operator"
     return Outcome(
         ok=False,
@@ -57,7 +59,7 @@ def _already(thread: Thread, checkpoint_id: str) -> Outcome:
 
 def decided_note(by: str, at: datetime | None) -> Outcome:
     """The note a live page shows when the suspension it displayed was answered."""
-    when = timezone.localtime(at).strftime("%H:%M:%S") if at else "just now"
+    when = timezone.localtime(at).strftime("%H:%M:%S %Z") if at else "just now"
     return Outcome(
         ok=True,
         message=f"Decided by {by or 'another operator'} at {when}.",
@@ -78,7 +80,7 @@ def _refused(exc: CriogenError, thread: Thread, checkpoint_id: str) -> Outcome:
                 when = datetime.fromisoformat(at)
             except ValueError:
                 when = None
-        stamp = timezone.localtime(when).strftime("%H:%M:%S") if when else str(at or "")
+        stamp = timezone.localtime(when).strftime("%H:%M:%S %Z") if when else str(at or "")
         return Outcome(
             ok=False,
             message=f"Already decided by {by or 'another operator'}"
@@ -123,10 +125,15 @@ def _answer(*, thread: Thread, expected: str, value: Any, user: Any) -> None:
 
 
 def resume(*, thread: Thread, expected: str, value: Any, user: Any) -> Outcome:
-    """Answer a workflow's suspension with ``value`` (a run resumes it)."""
+    """Answer a workflow's suspension with ``value`` (a run resumes it). A value the
+    step does not take raises FormError naming the form field."""
     try:
         _answer(thread=thread, expected=expected, value=value, user=user)
     except CriogenError as exc:
+        if exc.code == "invalid_argument":
+            # The step does not take this value (a typed suspension): say so next to
+            # the field the refusal names, and keep what was typed.
+            raise FormError(field_of(str(exc.details.get("field") or "")), exc.message) from None
         thread.refresh_from_db()
         return _refused(exc, thread, expected)
     return Outcome(True, "Resumed: a run continues the thread.")
@@ -147,14 +154,17 @@ def decide(*, thread: Thread, expected: str, decisions: list[dict[str, Any]], us
     return Outcome(True, f"{summary}: the agent continues.")
 
 
-def retry(*, thread: Thread, user: Any, expected: str | None = None) -> Outcome:
-    """Retry a failed or interrupted run from its last checkpoint (the head the
-    operator saw: ``expected``)."""
+def retry(
+    *, thread: Thread, user: Any, expected: str | None = None, resumed: bool = False
+) -> Outcome:
+    """Retry a failed or crashed run from its last checkpoint (the head the operator
+    saw: ``expected``); ``resumed``: continue a thread a person paused (a rewind)."""
     try:
         run = retry_thread(thread_id=thread.pk, by=actor(user), door="ui", expected=expected)
     except CriogenError as exc:
         return _refused(exc, thread, "")
-    return Outcome(True, f"Retrying: run {str(run.run_id)[:8]} continues it.")
+    verb = "Continuing" if resumed else "Retrying"
+    return Outcome(True, f"{verb}: run {str(run.run_id)[:8]} continues it.")
 
 
 def rewind(
@@ -173,3 +183,35 @@ def rewind(
     except CriogenError as exc:
         return _refused(exc, thread, "")
     return Outcome(True, f"Rewound: the new head v{cp.version} is a copy of the chosen checkpoint.")
+
+
+def edit_state(*, thread: Thread, values: Any, user: Any, expected: str | None) -> Outcome:
+    """Merge ``values`` into the thread's state (a ``fork`` checkpoint, audited as
+    ``update_state``): the way to fix a bad input before Retry. Values the engine
+    refuses raise FormError on the ``state`` box."""
+    try:
+        cp = update_thread_state(
+            thread_id=thread.pk, values=values, by=actor(user), door="ui", expected=expected
+        )
+    except CriogenError as exc:
+        if exc.code in ("invalid_argument", "invalid_state"):
+            raise FormError("state", exc.message) from None
+        return _refused(exc, thread, "")
+    return Outcome(True, f"State saved as v{cp.version}; retry or continue from it.")
+
+
+def cancel(*, thread: Thread, run_id: str, user: Any) -> Outcome:
+    """Cancel a pending or running run of ``thread`` (it stops before its next step;
+    its checkpoints stay)."""
+    try:
+        run = get_run(run_id=run_id, thread_id=thread.pk)
+        run = cancel_run(run=run, by=actor(user), door="ui")
+    except CriogenError as exc:
+        return _refused(exc, thread, "")
+    if run.status == "interrupted":
+        return Outcome(True, f"Cancelled run {str(run.run_id)[:8]}.")
+    if run.cancel_action:
+        return Outcome(
+            True, f"Cancelling run {str(run.run_id)[:8]}: it stops before its next step."
+        )
+    return Outcome(False, f"Run {str(run.run_id)[:8]} had already ended ({run.status}).", "warning")

@@ -124,6 +124,11 @@ def _decisions(post: Any, calls: list[WaitingCall], button: str) -> list[dict[st
     """
     if not calls:
         raise FormError("decision", "Nothing is waiting for a decision here.")
+    kind = {"approve": "approve", "reject": "reject", "edit": "edit"}.get(button)
+    refused = [c.name for c in calls if kind and kind not in c.allowed]
+    if refused:
+        # The request's allowed_decisions: a button the page did not show is refused.
+        raise FormError("decision", f"{refused[0]}: '{kind}' is not allowed for this tool.")
     if button == "approve":
         return [{"type": "approve"} for _ in calls]
     if button == "reject":

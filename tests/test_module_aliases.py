@@ -47,3 +47,34 @@ def test_importing_the_old_models_path_warns_once_and_names_the_importer() -> No
 
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["DeprecationWarning <string> 4"]
+
+
+API_MODELS = [
+    ("ApiToken", "criogen.storage.models.tokens"),
+    ("DEFAULT_EXPIRY", "criogen.storage.models.tokens"),
+    ("TOKEN_PREFIX", "criogen.storage.models.tokens"),
+    ("default_expiry", "criogen.storage.models.tokens"),
+    ("hash_token", "criogen.storage.models.tokens"),
+    ("new_token", "criogen.storage.models.tokens"),
+    ("Cron", "criogen.storage.models.crons"),
+]
+
+
+@pytest.mark.parametrize(("name", "home"), API_MODELS)
+def test_the_old_api_models_names_warn_and_give_the_cores_objects(name: str, home: str) -> None:
+    api_models = importlib.import_module("api.models")
+
+    with pytest.warns(DeprecationWarning, match=f"api.models.{name} is deprecated.*{home}"):
+        old = getattr(api_models, name)
+
+    assert old is getattr(importlib.import_module(home), name)
+
+
+def test_api_models_imports_no_model_and_keeps_the_default_its_migration_names() -> None:
+    api_models = importlib.import_module("api.models")
+
+    # Loaded by Django with the app: it must not warn, nor import a model.
+    assert "ApiToken" not in vars(api_models) and "Cron" not in vars(api_models)
+    assert api_models._now() is not None  # api migration 0002's default, without a warning
+    with pytest.raises(AttributeError):
+        api_models.Missing  # noqa: B018

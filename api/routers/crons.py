@@ -4,24 +4,23 @@ see all); another user's cron is a 404."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from django.db.models import F
-from django.db.models.fields.json import KeyTransform
 from django.http import HttpRequest
 from ninja import Router, Schema
 from pydantic import Field
 
 from api import threads
 from api.auth import Principal, principal
-from api.errors import NotFound
 from api.schemas import MAX_OFFSET, ErrorOut, In, JsonObject, StreamModeName
+from criogen import selectors
 from criogen.engine.errors import InvalidArgument
 from criogen.outbound import check_webhook_url
 from criogen.services import crons
-from criogen.storage.models import Cron
+
+if TYPE_CHECKING:
+    from criogen.storage.models import Cron
 
 thread_router = Router(tags=["crons"])
 router = Router(tags=["crons"])
@@ -139,15 +138,8 @@ def cron_out(cron: Cron) -> dict[str, Any]:
 
 
 def load_cron(who: Principal, cron_id: str) -> Cron:
-    """The caller's cron (operators: any), else 404."""
-    try:
-        key = uuid.UUID(str(cron_id))
-    except ValueError:
-        raise NotFound(f"no cron {cron_id!r}.", field="cron_id") from None
-    cron = who.scope(Cron.objects.all(), "user").filter(pk=key).first()
-    if cron is None:
-        raise NotFound(f"no cron {cron_id!r}.", field="cron_id")
-    return cron
+    """The caller's cron (operators: any), else 404 (:func:`criogen.selectors.cron_for`)."""
+    return selectors.cron_for(who, cron_id)
 
 
 def _refuse_unsupported(payload: CronFieldsIn) -> None:
@@ -215,19 +207,14 @@ def create_cron(request: HttpRequest, payload: CronCreateIn) -> dict[str, Any]:
     return _create(principal(request), None, payload)
 
 
-def _filtered(
-    who: Principal, assistant_id: str | None, thread_id: str | None, metadata: Any
-) -> Any:
-    qs = who.scope(Cron.objects.all(), "user")
-    if assistant_id:
-        from criogen.services.assistants import resolve_assistant
+def _assistant_key(assistant_id: str | None) -> str | None:
+    """An assistant filter as crons store it: the assistant's UUID (a graph id names its
+    default assistant)."""
+    if not assistant_id:
+        return None
+    from criogen.services.assistants import resolve_assistant
 
-        qs = qs.filter(assistant_id=str(resolve_assistant(assistant_id=assistant_id).assistant_id))
-    if thread_id:
-        qs = qs.filter(thread_id=thread_id)
-    for n, (key, value) in enumerate((metadata or {}).items()):
-        qs = qs.alias(**{f"_m{n}": KeyTransform(key, "metadata")}).filter(**{f"_m{n}": value})
-    return qs
+    return str(resolve_assistant(assistant_id=assistant_id).assistant_id)
 
 
 @router.post(
@@ -238,15 +225,18 @@ def _filtered(
 )
 def search_crons(request: HttpRequest, payload: CronSearchIn) -> list[dict[str, Any]]:
     """The caller's crons by assistant, thread, enabled and metadata."""
-    qs = _filtered(principal(request), payload.assistant_id, payload.thread_id, payload.metadata)
-    if payload.enabled is not None:
-        qs = qs.filter(enabled=payload.enabled)
-    field = {"cron_id": "pk", "thread_id": "thread_id"}.get(
-        payload.sort_by or "created_at", payload.sort_by or "created_at"
+    found = selectors.search_crons(
+        principal(request),
+        assistant_id=_assistant_key(payload.assistant_id),
+        thread_id=payload.thread_id,
+        enabled=payload.enabled,
+        metadata=payload.metadata,
+        sort_by=payload.sort_by,
+        sort_order=payload.sort_order,
+        limit=payload.limit,
+        offset=payload.offset,
     )
-    descending = (payload.sort_order or "desc") == "desc"
-    qs = qs.order_by(F(field).desc(nulls_last=True) if descending else F(field).asc(), "pk")
-    return [cron_out(c) for c in qs[payload.offset : payload.offset + payload.limit]]
+    return [cron_out(c) for c in found]
 
 
 @router.post(
@@ -254,10 +244,11 @@ def search_crons(request: HttpRequest, payload: CronSearchIn) -> list[dict[str, 
 )
 def count_crons(request: HttpRequest, payload: CronCountIn) -> int:
     """How many of the caller's crons match."""
-    return int(
-        _filtered(
-            principal(request), payload.assistant_id, payload.thread_id, payload.metadata
-        ).count()
+    return selectors.count_crons(
+        principal(request),
+        assistant_id=_assistant_key(payload.assistant_id),
+        thread_id=payload.thread_id,
+        metadata=payload.metadata,
     )
 
 

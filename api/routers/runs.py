@@ -190,6 +190,20 @@ async def _stream_response(
     cleanup = (
         _stateless_cleanup(run, payload.on_completion, "delete") if thread_id is None else None
     )
+    if payload.stream_resumable:
+        # The log is written by a producer that outlives this response; the client
+        # reads it like any reconnecting one (from the start).
+        await _start_log(run, modes, channel, cleanup)
+        body = api_runs.log_stream(
+            run_id=str(run.run_id),
+            thread_id=str(run.thread_id),
+            after=0,
+            modes=None,
+            run_modes=modes,
+            cancel_on_disconnect=payload.on_disconnect == "cancel",
+            cancelled_by=who.name,
+        )
+        return _sse_response(body, run)
     body = api_runs.sse_stream(
         run_id=str(run.run_id),
         thread_id=str(run.thread_id),
@@ -199,15 +213,43 @@ async def _stream_response(
         cancelled_by=who.name,
         after_end=cleanup,
     )
-    return _sse_response(body, _location(run, stateless=thread_id is None))
+    return _sse_response(body, run)
 
 
-def _sse_response(body: Any, location: str | None = None) -> StreamingHttpResponse:
+async def _start_log(
+    run: Run | dict[str, Any],
+    modes: list[str],
+    channel: tuple[Any, str] | None,
+    cleanup: Any,
+) -> None:
+    """Open a resumable run's log and start its producer on this event loop."""
+    if isinstance(run, dict):
+        run_id, thread_id = str(run["run_id"]), str(run["thread_id"])
+    else:
+        run_id, thread_id = str(run.run_id), str(run.thread_id)
+    try:
+        await db(api_runs.open_log, run_id, thread_id)
+    except BaseException:
+        if channel is not None:
+            from criogen.events import thread_group
+
+            await channel[0].group_discard(thread_group(thread_id), channel[1])
+        raise
+    api_runs.start_producer(
+        run_id=run_id, thread_id=thread_id, modes=modes, channel=channel, after_end=cleanup
+    )
+
+
+def _sse_response(body: Any, run: Run | None = None) -> StreamingHttpResponse:
+    """A stream's response: where to reconnect (``Location``, with ``Last-Event-ID``
+    for a resumable run) and where the run is (``Content-Location``), on the thread
+    even for a stateless run (its thread exists while it runs)."""
     response = StreamingHttpResponse(body, content_type="text/event-stream")
     response["Cache-Control"] = "no-store"
     response["X-Accel-Buffering"] = "no"  # proxies must not buffer the stream
-    if location:
-        response["Content-Location"] = location
+    if run is not None and run.thread_id is not None:
+        response["Location"] = f"/threads/{run.thread_id}/runs/{run.run_id}/stream"
+        response["Content-Location"] = f"/threads/{run.thread_id}/runs/{run.run_id}"
     return response
 
 
@@ -223,8 +265,11 @@ def _sse_response(body: Any, location: str | None = None) -> StreamingHttpRespon
 async def create_run(
     request: HttpRequest, response: HttpResponse, thread_id: str, payload: RunCreateIn
 ) -> dict[str, Any]:
-    """Start a run in the background; answer the run (``pending``)."""
+    """Start a run in the background; answer the run (``pending``). With
+    ``stream_resumable`` its events are logged for ``join_stream``."""
     run = await db(_create, principal(request), thread_id, payload)
+    if payload.stream_resumable:
+        await _start_log(run, api_runs.stream_modes(payload.stream_mode), None, None)
     response["Content-Location"] = _location(run)
     return api_runs.run_out(run)
 
@@ -393,11 +438,28 @@ async def join_run_stream(
     cancel_on_disconnect: bool = False,
 ) -> HttpResponse:
     """The run's events from its first checkpoint on (a finished run replays them and
-    ends), in ``stream_mode`` (default: the modes the run was created with)."""
+    ends), in ``stream_mode`` (default: the modes the run was created with).
+
+    A run streamed with ``stream_resumable`` is read from its event log: the events
+    after the ``Last-Event-ID`` header (absent, ``-1`` or ``0``: all of them), each with
+    its ``id:``, then the new ones live; ``stream_mode`` filters them."""
     who = principal(request)
+    after = api_runs.last_event_id(request.headers.get("Last-Event-ID"))
     run = await db(api_runs.load_run, who, thread_id, run_id)
     wanted = [m for m in (stream_mode or []) if m]
-    modes = api_runs.stream_modes(wanted or (run.kwargs or {}).get("stream_mode"))
+    run_modes = api_runs.stream_modes((run.kwargs or {}).get("stream_mode"))
+    modes = api_runs.stream_modes(wanted) if wanted else run_modes
+    if await db(api_runs.has_log, str(run.run_id)):
+        body = api_runs.log_stream(
+            run_id=str(run.run_id),
+            thread_id=thread_id,
+            after=after,
+            modes=modes if wanted else None,
+            run_modes=run_modes,
+            cancel_on_disconnect=cancel_on_disconnect,
+            cancelled_by=who.name,
+        )
+        return _sse_response(body, run)
     body = api_runs.sse_stream(
         run_id=str(run.run_id),
         thread_id=thread_id,
@@ -405,7 +467,7 @@ async def join_run_stream(
         cancel_on_disconnect=cancel_on_disconnect,
         cancelled_by=who.name,
     )
-    return _sse_response(body)
+    return _sse_response(body, run)
 
 
 @thread_router.get(
@@ -496,7 +558,11 @@ async def stream_stateless_run(request: HttpRequest, payload: RunCreateIn) -> Ht
 )
 async def create_batch(request: HttpRequest, payload: list[RunBatchItemIn]) -> list[dict[str, Any]]:
     """Each item is a background run (on ``thread_id``, or stateless without it)."""
-    return await db(_create_batch, principal(request), payload)
+    out = await db(_create_batch, principal(request), payload)
+    for item, run in zip(payload, out, strict=True):
+        if item.stream_resumable:
+            await _start_log(run, api_runs.stream_modes(item.stream_mode), None, None)
+    return out
 
 
 def _create_batch(who: Principal, payload: list[RunBatchItemIn]) -> list[dict[str, Any]]:

@@ -24,10 +24,10 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from criogen.engine.checkpoints import (
     Checkpoint,
@@ -74,14 +74,14 @@ def check_durability(value: Any, field: str = "durability") -> Durability:
         raise InvalidArgument(
             f"{field} is {value!r}; use 'sync', 'async' or 'exit'.", field=field, value=value
         )
-    return value  # type: ignore[no-any-return]
+    return cast(Durability, value)
 
 
 def check_on_busy(value: Any) -> OnBusy:
     """Return ``value`` if it is an on_busy policy, else raise InvalidArgument."""
     if value not in ("wait", "fail"):
         raise InvalidArgument(f"on_busy is {value!r}; use 'wait' or 'fail'.", field="on_busy")
-    return value  # type: ignore[no-any-return]
+    return cast(OnBusy, value)
 
 
 class _Heartbeat:
@@ -184,7 +184,9 @@ def _pool_for(storage: Storage) -> ThreadPoolExecutor:
     # keeps its own connection open, and a process may make many Storage objects on
     # one database (one per request or test); per object, the connections pile up.
     alias = getattr(storage, "alias", None)
-    pools: Any = _writers_by_database if isinstance(alias, str) else _writers
+    pools: MutableMapping[Any, ThreadPoolExecutor] = (
+        _writers_by_database if isinstance(alias, str) else _writers
+    )
     key: Any = alias if isinstance(alias, str) else storage
     with _registry_lock:
         pool = pools.get(key)
@@ -192,7 +194,7 @@ def _pool_for(storage: Storage) -> ThreadPoolExecutor:
             pool = pools[key] = ThreadPoolExecutor(
                 max_workers=8, thread_name_prefix="criogen-writer"
             )
-        return pool  # type: ignore[no-any-return]
+        return pool
 
 
 class _BackgroundWriter:

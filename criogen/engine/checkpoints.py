@@ -228,8 +228,8 @@ def from_snapshot(snapshot: Any) -> Checkpoint:
         thread_id=ThreadId(thread_id),
         run_id=RunId(run_id) if isinstance(run_id, str) else None,
         version=version,
-        source=source,  # type: ignore[arg-type]
-        status=status,  # type: ignore[arg-type]
+        source=source,
+        status=status,
         state=state,
         next=tuple(nxt),
         interrupts=tuple(interrupts),

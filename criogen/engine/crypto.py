@@ -29,6 +29,7 @@ import hmac
 import os
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Literal
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
@@ -82,7 +83,7 @@ class Cipher:
         self._lookup: dict[str, tuple[LookupKey, ...]] = {}
 
     @classmethod
-    def from_option(cls, key: str | bytes | Sequence[str] | None) -> Cipher | None:
+    def from_option(cls, key: str | bytes | Sequence[str] | Literal[False] | None) -> Cipher | None:
         """The cipher for ``encryption_key=`` (or, when None, ``$CRIOGEN_ENCRYPTION_KEY``);
         None when neither is set. ``encryption_key=False`` turns it off explicitly."""
         if key is False:

@@ -27,6 +27,7 @@ from typing import Any
 
 from criogen.engine.errors import DocumentNotFound, FactNotFound, InvalidArgument
 from criogen.engine.messages import Message, system
+from criogen.engine.store import DocumentRecord, FactRecord, Storage
 from criogen.engine.tools import Tool, ToolContext
 
 __all__ = ["Collection", "DocumentNotFound", "FactNotFound", "Memory"]
@@ -38,7 +39,7 @@ def _check_name(value: Any, field: str) -> str:
     return value
 
 
-def _storage_of(owner: Any, storage: Any, what: str) -> Any:
+def _storage_of(owner: Storage | None, storage: Storage | None, what: str) -> Storage:
     found = storage if storage is not None else owner
     if found is None:
         raise InvalidArgument(
@@ -61,12 +62,12 @@ class Memory:
         self,
         key: str,
         *,
-        storage: Any = None,
+        storage: Storage | None = None,
         tool_name: str = "remember",
         max_facts: int = 100,
     ) -> None:
         self.key = _check_name(key, "memory key")
-        self.storage = storage
+        self.storage: Storage | None = storage
         self.tool_name = tool_name
         self.max_facts = max_facts
 
@@ -78,7 +79,7 @@ class Memory:
     def __repr__(self) -> str:
         return f"Memory.by_state({self.key!r})"
 
-    def bind(self, storage: Any) -> Memory:
+    def bind(self, storage: Storage) -> Memory:
         """The same memory on ``storage`` (the Agent binds its own)."""
         bound = Memory(self.key, storage=storage, tool_name=self.tool_name)
         bound.max_facts = self.max_facts
@@ -93,7 +94,7 @@ class Memory:
             return None
         return value if isinstance(value, str) else str(value)
 
-    def system_message(self, storage: Any, state: Mapping[str, Any]) -> Message | None:
+    def system_message(self, storage: Storage, state: Mapping[str, Any]) -> Message | None:
         """The system message listing what is known about the state's person."""
         who = self.subject(state)
         if who is None:
@@ -129,7 +130,7 @@ class Memory:
                 )
             if len(who) > 255:
                 raise ValueError(f"the {memory.key} is longer than 255 characters.")
-            storage: Any = ctx.storage if ctx.storage is not None else memory.storage
+            storage = _storage_of(memory.storage, ctx.storage, "memory")
             text = fact.strip()
             if not text:
                 raise ValueError("the fact is empty; send one short sentence.")
@@ -142,18 +143,18 @@ class Memory:
 
     # -- Python API: list, add, edit, delete ----------------------------------------------
 
-    def list(self, subject: str) -> list[Any]:
+    def list(self, subject: str) -> list[FactRecord]:
         """The facts about ``subject`` (``FactRecord``: id, text, created_at…), oldest first."""
-        return _storage_of(self.storage, None, "memory").facts(self.key, str(subject))  # type: ignore[no-any-return]
+        return _storage_of(self.storage, None, "memory").facts(self.key, str(subject))
 
-    def add(self, subject: str, text: str) -> Any:
+    def add(self, subject: str, text: str) -> FactRecord:
         """Store a fact about ``subject``; return its ``FactRecord``."""
         if not isinstance(text, str) or not text.strip():
             raise InvalidArgument("a fact must be a non-empty string.", field="text")
         storage = _storage_of(self.storage, None, "memory")
         return storage.add_fact(self.key, _check_name(str(subject), "subject"), text.strip())
 
-    def edit(self, fact_id: str, text: str) -> Any:
+    def edit(self, fact_id: str, text: str) -> FactRecord:
         """Replace a fact's text. Raises FactNotFound."""
         if not isinstance(text, str) or not text.strip():
             raise InvalidArgument("a fact must be a non-empty string.", field="text")
@@ -178,23 +179,23 @@ class Collection:
     """A named set of documents in storage, searched with the database's full-text
     search (see ``Storage.search_documents``)."""
 
-    def __init__(self, name: str, *, storage: Any = None) -> None:
+    def __init__(self, name: str, *, storage: Storage | None = None) -> None:
         self.name = _check_name(name, "collection name")
-        self.storage = storage
+        self.storage: Storage | None = storage
 
     def __repr__(self) -> str:
         return f"Collection({self.name!r})"
 
-    def bind(self, storage: Any) -> Collection:
+    def bind(self, storage: Storage) -> Collection:
         """The same collection on another storage."""
         return Collection(self.name, storage=storage)
 
-    def _store(self) -> Any:
+    def _store(self) -> Storage:
         return _storage_of(self.storage, None, "collection")
 
     def add(
         self, text: str, *, id: str | None = None, metadata: Mapping[str, Any] | None = None
-    ) -> Any:
+    ) -> DocumentRecord:
         """Add a document (or replace the one with the same ``id``); return its record."""
         if not isinstance(text, str) or not text.strip():
             raise InvalidArgument("a document's text must be a non-empty string.", field="text")
@@ -204,7 +205,7 @@ class Collection:
         check_json(dict(metadata or {}), "metadata")
         return self._store().put_document(self.name, doc_id, text, dict(metadata or {}))
 
-    def get(self, id: str) -> Any:
+    def get(self, id: str) -> DocumentRecord:
         """One document. Raises DocumentNotFound."""
         found = self._store().get_document(self.name, id)
         if found is None:
@@ -216,15 +217,15 @@ class Collection:
         if not self._store().delete_document(self.name, id):
             raise DocumentNotFound(f"collection {self.name!r} has no document {id!r}.", id=id)
 
-    def list(self, *, limit: int = 100, offset: int = 0) -> builtins.list[Any]:
+    def list(self, *, limit: int = 100, offset: int = 0) -> builtins.list[DocumentRecord]:
         """The documents, oldest first."""
-        return self._store().documents(self.name, limit=limit, offset=offset)  # type: ignore[no-any-return]
+        return self._store().documents(self.name, limit=limit, offset=offset)
 
-    def search(self, query: str, *, limit: int = 5) -> builtins.list[Any]:
+    def search(self, query: str, *, limit: int = 5) -> builtins.list[DocumentRecord]:
         """The best matches for ``query``, best first (each with ``score``)."""
         if not isinstance(query, str):
             raise InvalidArgument("the search query must be a string.", field="query")
-        return self._store().search_documents(self.name, query, limit=limit)  # type: ignore[no-any-return]
+        return self._store().search_documents(self.name, query, limit=limit)
 
     def as_tool(
         self, *, name: str | None = None, description: str | None = None, limit: int = 5
@@ -243,7 +244,11 @@ class Collection:
                 query: Key words to look for.
             """
             storage = ctx.storage if ctx.storage is not None else collection.storage
-            bound = collection if storage is collection.storage else collection.bind(storage)
+            bound = (
+                collection
+                if storage is None or storage is collection.storage
+                else collection.bind(storage)
+            )
             return [
                 {"id": d.doc_id, "text": d.text, "metadata": d.metadata, "score": d.score}
                 for d in bound.search(query, limit=limit)

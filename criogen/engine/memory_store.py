@@ -16,8 +16,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from criogen.engine.checkpoints import Checkpoint, CheckpointWrite
-from criogen.engine.errors import AlreadyDecided, CheckpointNotFound, LeaseLost, StorageError
+from criogen.engine.checkpoints import Checkpoint, CheckpointId, CheckpointWrite, ThreadId
+from criogen.engine.errors import (
+    AlreadyDecided,
+    CheckpointNotFound,
+    LeaseLost,
+    StorageError,
+    ThreadNotFound,
+)
 from criogen.engine.store import (
     AuditRecord,
     DecisionRecord,
@@ -28,6 +34,7 @@ from criogen.engine.store import (
     ThreadInfo,
     ValueRow,
     build_state,
+    reachable_values,
     value_rows_for,
 )
 
@@ -152,9 +159,10 @@ class MemoryStorage(Storage):
     def get_checkpoint(self, thread_id: str, checkpoint_id: str) -> Checkpoint:
         with self._lock:
             thread = self._threads.get(thread_id)
-            for cp in reversed(thread.checkpoints if thread else []):
-                if cp.id == checkpoint_id:
-                    return self._load(thread, cp)  # type: ignore[arg-type]
+            if thread is not None:
+                for cp in reversed(thread.checkpoints):
+                    if cp.id == checkpoint_id:
+                        return self._load(thread, cp)
         raise CheckpointNotFound(
             f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; list them with history().",
             thread_id=thread_id,
@@ -188,6 +196,72 @@ class MemoryStorage(Storage):
         with self._lock:
             ordered = sorted(self._threads, key=lambda t: self._threads[t].updated, reverse=True)
             return ordered[offset : offset + limit]
+
+    # -- history maintenance -----------------------------------------------------------
+
+    def rollback_run(self, thread_id: str, run_id: str) -> int:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None:
+                return 0
+            low = min(
+                (cp.version for cp in thread.checkpoints if cp.run_id == run_id), default=None
+            )
+            if low is None:
+                return 0
+            kept = [cp for cp in thread.checkpoints if cp.version < low]
+            deleted = len(thread.checkpoints) - len(kept)
+            thread.checkpoints = kept
+            thread.values = {k: v for k, v in thread.values.items() if k[1] < low}
+            thread.updated = time.monotonic()
+            return deleted
+
+    def compact_thread(self, thread_id: str, *, audit: AuditRecord | None = None) -> int:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None or not thread.checkpoints:
+                if thread is not None and audit is not None and self.audit_enabled:
+                    self._audit.append(audit)
+                return 0
+            head = thread.checkpoints[-1]
+            keep = reachable_values(head.value_versions, thread.values)
+            deleted = len(thread.checkpoints) - 1
+            thread.checkpoints = [head]
+            thread.values = {k: v for k, v in thread.values.items() if k in keep}
+            if audit is not None and self.audit_enabled:
+                self._audit.append(audit)
+            return deleted
+
+    def copy_thread(
+        self, thread_id: str, new_thread_id: str, *, audit: AuditRecord | None = None
+    ) -> str | None:
+        with self._lock:
+            source = self._threads.get(thread_id)
+            if source is None:
+                raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
+            if new_thread_id in self._threads:
+                raise StorageError(
+                    f"thread {new_thread_id!r} exists already; copy to a new id.",
+                    thread_id=new_thread_id,
+                )
+            ids = {cp.id: CheckpointId(str(uuid.uuid4())) for cp in source.checkpoints}
+            copy = _Thread(
+                checkpoints=[
+                    replace(
+                        cp,
+                        id=ids[cp.id],
+                        thread_id=ThreadId(new_thread_id),
+                        parent_id=ids.get(cp.parent_id, cp.parent_id) if cp.parent_id else None,
+                    )
+                    for cp in source.checkpoints
+                ],
+                values=dict(source.values),
+            )
+            self._threads[new_thread_id] = copy
+            head_id = copy.checkpoints[-1].id if copy.checkpoints else None
+            if audit is not None and self.audit_enabled:
+                self._audit.append(replace(audit, after=head_id))
+            return head_id
 
     # -- agents ------------------------------------------------------------------------
 

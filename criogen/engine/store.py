@@ -13,6 +13,12 @@ not change costs nothing, a growing list costs only its new items, and a fork (r
 just copies ``value_versions``. Each checkpoint also keeps, per key, where the rows
 that build the value start (``value_bases``), so a read is one index range scan per
 key; building the state follows the ``prev`` pointers within those rows.
+
+The protocol's methods, by concern (each a section of :class:`Storage`, and a module
+of ``criogen/storage/orm/``): leases, checkpoints, history maintenance (rollback,
+compaction, copy), decisions and the effect ledger, memory facts, collections of
+documents, and the audit trail. ``tests/criogen/storage/test_contract.py`` and
+``test_agent_storage.py`` run every method on every backend.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ __all__ = [
     "ValueRow",
     "build_state",
     "encode",
+    "reachable_values",
 ]
 
 logger = logging.getLogger("criogen.storage")
@@ -116,6 +123,22 @@ def build_state(
     return state
 
 
+def reachable_values(
+    value_versions: Mapping[str, int], rows: Mapping[tuple[str, int], ValueRow]
+) -> set[tuple[str, int]]:
+    """``(key, version)`` of every value row a state with ``value_versions`` is built
+    from: the row each key points at and, for appended lists, the chain of rows before
+    it (what compaction keeps). ``rows`` needs only ``kind`` and ``prev``."""
+    keep: set[tuple[str, int]] = set()
+    for key, version in value_versions.items():
+        at: int | None = version
+        while at is not None and (key, at) not in keep:
+            keep.add((key, at))
+            row = rows.get((key, at))
+            at = row.prev if row is not None and row.kind == "a" else None
+    return keep
+
+
 def value_rows_for(write: CheckpointWrite) -> Iterable[tuple[str, int, str, str, int | None]]:
     """``(key, version, kind, data, prev)`` for each value row a write adds."""
     version = write.checkpoint.version
@@ -154,7 +177,7 @@ class Storage(ABC):
         scheme = "memory" if url in (None, "", "memory://", ":memory:") else _scheme(url)
         target = BACKENDS.get(scheme)
         if target is None:
-            shown = _redact(url)  # error messages end up in logs: no password in them
+            shown = _redact(url or "")  # error messages end up in logs: no password in them
             raise UnknownStorageUrl(
                 f"storage URL {shown!r} has the scheme {scheme!r}; use none (memory), "
                 "'sqlite://path/to/file.db' or 'postgres://user:password@host/db'.",
@@ -294,13 +317,51 @@ class Storage(ABC):
     def thread_ids(self, *, limit: int = 100, offset: int = 0) -> list[str]:
         """Thread ids, most recently updated first."""
 
+    # -- history maintenance: rollback, compaction, copy --------------------------------
+    # Defaults refuse politely (a store that only appends still runs graphs); both
+    # shipped stores implement them.
+
+    def rollback_run(self, thread_id: str, run_id: str) -> int:
+        """Delete the checkpoints the run ``run_id`` wrote on the thread, and any written
+        after its first one, with their value rows; the head moves back to the
+        checkpoint before (the thread is empty if there is none).
+
+        The caller holds the thread's lease, so no run writes meanwhile. Returns how many
+        checkpoints were deleted (0: the run wrote none, and nothing changed).
+        """
+        raise self._unsupported("rollbacks")
+
+    def compact_thread(self, thread_id: str, *, audit: AuditRecord | None = None) -> int:
+        """Delete every checkpoint of the thread but its head, and every value row the
+        head's state is not built from; the head and its state stay as they are.
+
+        ``audit``: the event of the action, stored in the same transaction. Returns how
+        many checkpoints were deleted (0 for an unknown or empty thread).
+        """
+        raise self._unsupported("compaction")
+
+    def copy_thread(
+        self, thread_id: str, new_thread_id: str, *, audit: AuditRecord | None = None
+    ) -> str | None:
+        """Copy the thread's whole history to the new thread ``new_thread_id``:
+        checkpoints with new ids (their parent links follow), value rows as stored, so
+        the copy costs what the original does. No lease is copied.
+
+        ``audit``: the event of the action, stored in the same transaction with
+        ``after`` set to the copy's head. Returns the copy's head checkpoint id (None
+        when the source has no checkpoints: the copy is an empty thread). Raises
+        StorageError when ``new_thread_id`` exists, ThreadNotFound when ``thread_id``
+        does not.
+        """
+        raise self._unsupported("copies")
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and background threads; the storage stays usable."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 
-    # -- agents: options, decisions, effect ledger, memory, documents, audit ----------
+    # -- options; the agent tables (decisions, effects, memory, documents, audit) ----
     # Defaults refuse politely, so a third-party store that only keeps checkpoints still
     # runs workflows and agents without approvals/memory; both shipped stores override.
 
@@ -339,6 +400,8 @@ class Storage(ABC):
 
     def _unsupported(self, what: str) -> StorageError:
         return StorageError(f"{type(self).__name__} does not store {what}.", storage=self.url)
+
+    # -- decisions and the effect ledger --------------------------------------------
 
     def write_decisions(
         self,
@@ -384,6 +447,8 @@ class Storage(ABC):
         """The thread's effects, oldest first."""
         return []
 
+    # -- memory (facts) --------------------------------------------------------------
+
     def add_fact(self, namespace: str, subject: str, text: str) -> FactRecord:
         """Store a long-term fact about ``subject`` and return it (with its new id)."""
         raise self._unsupported("memory facts")
@@ -403,6 +468,8 @@ class Storage(ABC):
     def delete_fact(self, fact_id: str) -> bool:
         """Remove a fact; False when there was none."""
         raise self._unsupported("memory facts")
+
+    # -- collections (documents) ----------------------------------------------------
 
     def put_document(
         self, collection: str, doc_id: str, text: str, metadata: Mapping[str, Any]
@@ -435,6 +502,8 @@ class Storage(ABC):
         text, case-insensitively, ranked by how often they occur.
         """
         return []
+
+    # -- audit -------------------------------------------------------------------------
 
     def record_audit(  # noqa: B027 - a no-op unless a backend keeps the audit trail
         self,

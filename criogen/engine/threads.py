@@ -27,14 +27,16 @@ input carries on from its ``next``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
 from criogen.engine.active_run import ActiveRun
-from criogen.engine.checkpoints import Checkpoint
+from criogen.engine.checkpoints import Checkpoint, Status
 from criogen.engine.errors import InvalidArgument, StaleHead, StateTooLarge
 from criogen.engine.state import encode
+from criogen.engine.store import AuditRecord, Storage
 
 __all__ = ["DOORS", "ThreadBase", "check_door", "check_expected", "check_state_size"]
 
@@ -49,7 +51,7 @@ def check_door(door: Any) -> str:
     return str(door)
 
 
-def check_state_size(storage: Any, thread_id: str, state: Mapping[str, Any]) -> None:
+def check_state_size(storage: Storage, thread_id: str, state: Mapping[str, Any]) -> None:
     """Raise :class:`StateTooLarge` when ``state``, as JSON, is over the storage's
     ``max_state_bytes`` (checked where a person's input or update grows a state)."""
     limit = getattr(storage, "max_state_bytes", 0) or 0
@@ -95,20 +97,21 @@ class ThreadBase:
     id: str
 
     @property
-    def storage(self) -> Any:
+    def storage(self) -> Storage:
         """The storage this thread lives in."""
         raise NotImplementedError
 
-    def _active(self, **options: Any) -> ActiveRun:
-        """An ActiveRun on this thread (not yet entered) for ``options``."""
-        raise NotImplementedError
+    _active: Callable[..., AbstractContextManager[ActiveRun]]
+    """A lease on this thread for the run ``options`` (not yet entered): entered, it
+    gives the :class:`ActiveRun` that writes. Each subclass defines it as a method
+    taking its own options."""
 
     # -- reading ------------------------------------------------------------------------
 
     @property
     def head(self) -> Checkpoint | None:
         """The newest checkpoint, or None before the first run."""
-        return self.storage.head(self.id)  # type: ignore[no-any-return]
+        return self.storage.head(self.id)
 
     @property
     def state(self) -> dict[str, Any]:
@@ -124,15 +127,15 @@ class ThreadBase:
             raise InvalidArgument(
                 f"limit is {limit!r}; use None (all) or a whole number ≥ 0.", field="limit"
             )
-        return self.storage.history(self.id, limit=limit, before=before)  # type: ignore[no-any-return]
+        return self.storage.history(self.id, limit=limit, before=before)
 
     def checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """One checkpoint of this thread. Raises CheckpointNotFound."""
-        return self.storage.get_checkpoint(self.id, checkpoint_id)  # type: ignore[no-any-return]
+        return self.storage.get_checkpoint(self.id, checkpoint_id)
 
-    def audit(self, limit: int = 100) -> list[Any]:
+    def audit(self, limit: int = 100) -> list[AuditRecord]:
         """The audit trail of this thread (``AuditRecord``), newest first."""
-        return self.storage.audit_events(thread_id=self.id, limit=limit)  # type: ignore[no-any-return]
+        return self.storage.audit_events(thread_id=self.id, limit=limit)
 
     def check_answer(self, value: Any) -> None:
         """Check an answer to the pending suspension as the graph's resume would,
@@ -143,11 +146,9 @@ class ThreadBase:
 
     def _audit_event(
         self, action: str, *, by: str | None, door: str, details: Mapping[str, Any]
-    ) -> Any:
+    ) -> AuditRecord:
         """The audit event of ``action`` (the write that carries it fills in the
         checkpoints before and after)."""
-        from criogen.engine.store import AuditRecord
-
         return AuditRecord(action, self.id, by, dict(details), door=check_door(door))
 
     # -- verbs that write without running the graph ---------------------------------------
@@ -255,7 +256,7 @@ class ThreadBase:
 
     def _merge(
         self, head: Checkpoint | None, update: Any, as_node: str | None
-    ) -> tuple[dict[str, Any], Any, str, list[str], Any, dict[str, Any]]:
+    ) -> tuple[dict[str, Any], Any, Status, list[str], Any, dict[str, Any]]:
         """(state, delta, status, next, interrupts, tasks) of the head with ``update``."""
         raise NotImplementedError
 

@@ -47,6 +47,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 from criogen.engine.checkpoints import CheckpointId, RunId, ThreadId
 from criogen.engine.errors import InvalidTool, InvalidToolCall
 
+if TYPE_CHECKING:
+    from criogen.engine.store import Storage
+
 __all__ = [
     "Tool",
     "ToolContext",
@@ -87,7 +90,7 @@ class ToolContext:
     """The state when the call runs (including values passed with send), as a read-only shallow
     copy: later changes to the state do not show in it; do not mutate nested values."""
 
-    storage: object | None = None
+    storage: Storage | None = None
     """The checkpoint store the run uses, for tools that need to read history; ``None`` if unset."""
 
     def __post_init__(self) -> None:

@@ -22,10 +22,9 @@ import asyncio
 import contextvars
 import dataclasses
 import inspect
-import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, cast
 
 from criogen.engine.active_run import (
     DEFAULT_BUSY_TIMEOUT,
@@ -36,9 +35,11 @@ from criogen.engine.active_run import (
     check_durability,
     check_on_busy,
 )
+from criogen.engine.answers import check_declaration, check_typed_answers
 from criogen.engine.checkpoints import (
     Checkpoint,
     CheckpointWrite,
+    Status,
     ThreadId,
     check_thread_id,
     from_snapshot,
@@ -59,6 +60,7 @@ from criogen.engine.errors import (
     ThreadInterrupted,
     ThreadSuspended,
 )
+from criogen.engine.records import Interrupt, RunError
 from criogen.engine.state import (
     Change,
     Delta,
@@ -69,6 +71,7 @@ from criogen.engine.state import (
     check_update,
     compose,
 )
+from criogen.engine.store import Storage
 from criogen.engine.threads import ThreadBase, check_door, check_expected, check_state_size
 
 __all__ = [
@@ -126,7 +129,14 @@ _current: contextvars.ContextVar[NodeContext | None] = contextvars.ContextVar(
 )
 
 
-def suspend(reason: str, payload: Any = None, **extra: Any) -> Any:
+def suspend(
+    reason: str,
+    payload: Any = None,
+    *,
+    choices: list[Any] | Mapping[str, Any] | None = None,
+    schema: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> Any:
     """Pause the run for a person; return the value they resume it with.
 
     The first time a node calls ``suspend`` the run stops with a ``suspend``
@@ -138,6 +148,12 @@ def suspend(reason: str, payload: Any = None, **extra: Any) -> Any:
     Args:
         reason: short text shown to operators ("approve refund").
         payload: JSON shown with it (what to approve, a question…).
+        choices: the answers the step takes, a list of values or ``{label: value}``
+            (the dashboard shows one button each).
+        schema: a JSON Schema the answer must fit (criogen.engine.answers lists the
+            keywords checked; the dashboard renders it as a form). With both, an
+            answer fits when it is a choice or fits the schema; any other answer is
+            refused before a run is created (InvalidArgument naming the field).
         extra: more JSON kept on the interrupt (``deadline``, ``default``…).
     """
     ctx = _current.get()
@@ -151,6 +167,11 @@ def suspend(reason: str, payload: Any = None, **extra: Any) -> Any:
     if index < len(ctx.resumes):
         return ctx.resumes[index]
     check_json(payload, "suspend payload")
+    check_declaration(choices, schema)
+    if choices is not None:
+        extra["choices"] = choices
+    if schema is not None:
+        extra["schema"] = schema
     check_json(extra, "suspend options")
     raise _Suspend(reason, payload, extra)
 
@@ -332,7 +353,7 @@ class CompiledWorkflow:
         max_steps: int,
     ) -> None:
         self.graph = graph
-        self.storage = storage
+        self.storage: Storage = storage
         self.durability = durability
         self.on_busy = on_busy
         self.busy_timeout = busy_timeout
@@ -374,7 +395,7 @@ class CompiledWorkflow:
         """
         checkpoint = from_snapshot(snapshot)
         thread = self.thread(checkpoint.thread_id)
-        mode = "resume" if checkpoint.status == "suspended" else "retry"
+        mode: Literal["resume", "retry"] = "resume" if checkpoint.status == "suspended" else "retry"
         if checkpoint.status == "completed":
             raise InvalidSnapshot(
                 "the snapshot is of a completed run; start a new one with run().",
@@ -408,7 +429,7 @@ class WorkflowThread(ThreadBase):
         return f"<WorkflowThread {self.id!r} of {self.app.name!r}>"
 
     @property
-    def storage(self) -> Any:
+    def storage(self) -> Storage:
         """The workflow's storage."""
         return self.app.storage
 
@@ -452,6 +473,10 @@ class WorkflowThread(ThreadBase):
         has moved on since, StaleHead and nothing changes.
         """
         check_json(value, "resume value")
+        head = self.head
+        if head is not None and head.status == "suspended":
+            # A typed suspension (choices / schema) takes only what it declared.
+            check_typed_answers(head.interrupts, value)
         audit = self._audit_event("resume", by=by, door=door, details={"value": value})
         return self._go("resume", value=value, audit=audit, expected=expected, **options)
 
@@ -471,15 +496,17 @@ class WorkflowThread(ThreadBase):
     def check_answer(self, value: Any) -> None:
         check_json(value, "resume value")
         head = self.head
-        if head is None or head.status != "suspended" or len(head.interrupts) < 2:
+        if head is None or head.status != "suspended" or not head.interrupts:
             return
-        ids = {i["id"] for i in head.interrupts}
-        if not (isinstance(value, dict) and value and set(value) <= ids):
-            raise InvalidArgument(
-                f"{len(ids)} suspensions are pending; resume with {{interrupt_id: value, …}} "
-                f"naming them ({', '.join(sorted(ids))}).",
-                field="command.resume",
-            )
+        if len(head.interrupts) > 1:
+            ids = {i["id"] for i in head.interrupts}
+            if not (isinstance(value, dict) and value and set(value) <= ids):
+                raise InvalidArgument(
+                    f"{len(ids)} suspensions are pending; resume with "
+                    f"{{interrupt_id: value, …}} naming them ({', '.join(sorted(ids))}).",
+                    field="command.resume",
+                )
+        check_typed_answers(head.interrupts, value)
 
     def _prepare_update(self, values: Mapping[str, Any] | None, as_node: str | None) -> Any:
         if as_node is not None and as_node not in self.app.graph.nodes:
@@ -488,11 +515,11 @@ class WorkflowThread(ThreadBase):
                 f"as_node {as_node!r} is not a node of {self.app.name!r} (nodes: {known}).",
                 field="as_node",
             )
-        return check_update(values, origin="update_state")  # type: ignore[no-any-return]
+        return check_update(values, origin="update_state")
 
     def _merge(
         self, head: Checkpoint | None, update: Any, as_node: str | None
-    ) -> tuple[dict[str, Any], Any, str, list[str], Any, dict[str, Any]]:
+    ) -> tuple[dict[str, Any], Any, Status, list[str], Any, dict[str, Any]]:
         state, delta = apply_update(
             head.state if head else {},
             update,
@@ -705,18 +732,18 @@ class _Execution:
                 if not isinstance(out, BaseException):
                     done[node] = out
             if failed:
-                node, exc = failed[0]
-                self._fail(state, nxt, done, resumes, node, exc)
+                node, error = failed[0]
+                self._fail(state, nxt, done, resumes, node, error)
             if suspended:
                 interrupts = [
-                    {
-                        "id": new_id(),
-                        "node": node,
-                        "index": len(resumes.get(node, [])),
-                        "reason": s.reason,
-                        "payload": s.payload,
-                        **s.extra,
-                    }
+                    Interrupt(
+                        id=new_id(),
+                        node=node,
+                        index=len(resumes.get(node, [])),
+                        reason=s.reason,
+                        payload=s.payload,
+                        extra=s.extra,
+                    ).to_dict()
                     for node, s in suspended
                 ]
                 checkpoint = active.write(
@@ -825,7 +852,8 @@ class _Execution:
         _current.set(ctx)  # this task runs in its own copy of the context
         try:
             args = (dict(state), ctx) if spec.takes_context else (dict(state),)
-            return await spec.fn(*args)  # type: ignore[misc]
+            # An async node (checked when it was added): its call is a coroutine.
+            return await cast(Awaitable[Any], spec.fn(*args))
         except (Exception, _Suspend) as exc:  # noqa: BLE001 - a node's error is the run's outcome
             return exc
 
@@ -839,14 +867,7 @@ class _Execution:
         exc: BaseException,
     ) -> NoReturn:
         """Write the failure checkpoint (state as before the step) and raise."""
-        code = getattr(exc, "code", None) or "node_error"
-        error = {
-            "type": type(exc).__name__,
-            "code": code,
-            "message": str(exc),
-            "node": node,
-            "traceback": "".join(traceback.format_exception(exc, limit=-8))[-4000:],
-        }
+        error = RunError.from_exception(exc, node=node, code="node_error").to_dict()
         checkpoint = self.active.write(
             source="failure",
             status="failed",

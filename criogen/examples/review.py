@@ -2,8 +2,10 @@
 
 START → draft → check → review → publish → END. ``check`` flags risky phrases;
 ``review`` suspends for an editor, showing the draft and the flags, and takes
-``{"decision": "approve" | "revise", "note": "..."}``. A revision loops back to
-``draft`` with the note; an approval publishes.
+``{"decision": "approve" | "revise", "note": "..."}`` (declared: an "Approve" choice and
+a schema, so the dashboard shows a button and a form, and any other answer is refused
+before a run starts). A revision loops back to ``draft`` with the note; an approval
+publishes.
 
 Input: ``{"title": "...", "body": "..."}``.
 """
@@ -30,6 +32,22 @@ def check(state: dict[str, Any]) -> dict[str, Any]:
     return {"flags": [word for word in RISKY if word in text]}
 
 
+ANSWER = {
+    "type": "object",
+    "properties": {
+        "decision": {"title": "Decision", "enum": ["approve", "revise"]},
+        "note": {
+            "title": "Note for the writer",
+            "description": "What to change (a revision needs one).",
+            "type": "string",
+        },
+    },
+    "required": ["decision"],
+    "additionalProperties": False,
+}
+"""What ``review`` takes: the decision and, to revise, a note."""
+
+
 def review(state: dict[str, Any]) -> dict[str, Any]:
     answer = suspend(
         "review draft",
@@ -38,11 +56,10 @@ def review(state: dict[str, Any]) -> dict[str, Any]:
             "draft": state.get("draft"),
             "flags": state.get("flags", []),
             "revision": state.get("revision"),
-            "allowed": ["approve", "revise"],
         },
+        choices={"Approve": {"decision": "approve"}},
+        schema=ANSWER,
     )
-    if not isinstance(answer, dict) or answer.get("decision") not in ("approve", "revise"):
-        answer = {"decision": "revise", "note": f"unreadable answer {answer!r}"}
     update: dict[str, Any] = {"decision": answer["decision"]}
     if answer.get("note"):
         update["notes"] = [str(answer["note"])]

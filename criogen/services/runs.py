@@ -114,6 +114,7 @@ def create_run(
     door: str = "api",
     expected: str | None = None,
     decider: Decider | None = None,
+    _seen: _Seen | None = None,
 ) -> Run:
     """Create a run ``pending`` and have it executed once the transaction commits.
 
@@ -137,12 +138,19 @@ def create_run(
         decider: who answers, as the door authenticated them (None: a trusted door —
             Python, deadlines); an answer is refused with NotAllowedToDecide (403,
             audited) unless :func:`may_decide` says yes.
+        _seen: internal: what :func:`answer_thread` or :func:`retry_thread` already
+            read of the thread.
     Raises:
         InvalidArgument (422, names the field), ThreadNotFound (404),
         CheckpointNotFound (404), GraphNotFound (404), ThreadBusy (409, strategy
         ``reject``), NotSuspended (409, a resume on a thread not waiting for input).
     """
-    assistant = resolve_assistant(assistant_id=assistant_id)
+    # What the checks before the transaction read of the thread (its row, its last
+    # run's assistant), each read at most once whatever number of checks need it.
+    seen = _seen if _seen is not None else _Seen(thread_id) if thread_id is not None else None
+    assistant = (seen.known_assistant(assistant_id) if seen is not None else None) or (
+        resolve_assistant(assistant_id=assistant_id)
+    )
     mode = resolve_durability(durability, checkpoint_during)
     if multitask_strategy not in MULTITASK_STRATEGIES:
         raise InvalidArgument(
@@ -172,20 +180,22 @@ def create_run(
     # Its form only: the address is checked when the webhook is sent (criogen.outbound).
     webhook = check_webhook_url(webhook)
 
-    if resume is not None and decider is not None and thread_id is not None:
-        check_may_decide(decider, thread_id, by=by, door=door)
-    if resume is not None and thread_id is not None:
-        # A bad answer (an edit that does not fit the tool, a missing decision) is a
-        # 422 naming it now, before any run exists, not a run that fails later.
-        get_graph(assistant.graph_id).thread(thread_id).check_answer(command["resume"])
+    if resume is not None and seen is not None:
+        if decider is not None:
+            _check_may_decide(decider, seen, by=by, door=door)
+        if seen.waits():
+            # A bad answer (an edit that does not fit the tool, a missing decision) is a
+            # 422 naming it now, before any run exists, not a run that fails later.
+            get_graph(assistant.graph_id).thread(seen.thread_id).check_answer(command["resume"])
     update = (command or {}).get("update")
     if update is not None:
-        if thread_id is None:
+        if seen is None:
             raise InvalidArgument(
                 "command.update needs a thread to update.", field="command.update"
             )
-        if decider is not None and not decider.is_operator:
-            check_may_decide(decider, thread_id, by=by, door=door)
+        if decider is not None and not decider.is_operator and resume is None:
+            # (With a resume, the answer's check above has decided for this decider.)
+            _check_may_decide(decider, seen, by=by, door=door)
         # command.update is the one update_state (audited, by the caller), applied
         # before the run: with a resume the run then answers the updated thread;
         # alone it changes the values and the thread keeps waiting.
@@ -322,12 +332,18 @@ def check_may_decide(decider: Decider, thread_id: str, *, by: str | None, door: 
     """Refuse (NotAllowedToDecide, audited as ``decide_refused``) an answer from someone
     who may not decide the thread's suspension; the assistant that counts is the one
     whose run suspended (the thread's last), not the one the answer names."""
-    thread = Thread.objects.filter(pk=thread_id).first()
+    _check_may_decide(decider, _Seen(thread_id), by=by, door=door)
+
+
+def _check_may_decide(decider: Decider, seen: _Seen, *, by: str | None, door: str) -> None:
+    """:func:`check_may_decide` on what ``seen`` has read of the thread (or reads now)."""
+    thread = seen.thread
     if thread is None:
         return  # create_run answers ThreadNotFound
-    assistant = _thread_assistant(thread_id)
+    assistant = seen.assistant()
     if may_decide(decider, thread, assistant):
         return
+    thread_id = seen.thread_id
     storage().record_audit(
         "decide_refused",
         thread_id=thread_id,
@@ -588,20 +604,73 @@ def delete_run(*, run: Run) -> None:
 # -- thread actions that start runs ----------------------------------------------------
 
 
+_UNREAD: Any = object()
+
+
+class _Seen:
+    """A thread as the checks before :func:`create_run`'s transaction see it: its row
+    and the assistant of its last run (the one whose run suspended), each read at most
+    once, when a check first needs it."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self._thread: Any = _UNREAD
+        self._assistant: Assistant | None = None
+
+    @property
+    def thread(self) -> Thread | None:
+        """The thread's row (None: there is no such thread)."""
+        if self._thread is _UNREAD:
+            self._thread = Thread.objects.filter(pk=self.thread_id).first()
+        return self._thread  # type: ignore[no-any-return]
+
+    def assistant(self) -> Assistant:
+        """The assistant of the thread's last run, else the one its metadata names.
+        Raises ThreadNotFound, or InvalidArgument when it never ran an assistant."""
+        if self._assistant is None:
+            self._assistant = self._read_assistant()
+        return self._assistant
+
+    def _read_assistant(self) -> Assistant:
+        thread, thread_id = self.thread, self.thread_id
+        if thread is None:
+            raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
+        last = (
+            Run.objects.filter(thread_id=thread_id)
+            .select_related("assistant")
+            .order_by("-created_at")
+            .first()
+        )
+        if last is not None:
+            return last.assistant
+        metadata = thread.metadata or {}
+        known = metadata.get("assistant_id") or metadata.get("graph_id")
+        if known:
+            return resolve_assistant(assistant_id=str(known))
+        raise InvalidArgument(
+            f"thread {thread_id!r} has never run an assistant; start a run with assistant_id.",
+            field="assistant_id",
+        )
+
+    def known_assistant(self, assistant_id: Any) -> Assistant | None:
+        """The assistant already read, if ``assistant_id`` is its UUID (else None: the
+        caller resolves ``assistant_id`` itself)."""
+        if self._assistant is not None and str(self._assistant.assistant_id) == str(assistant_id):
+            return self._assistant
+        return None
+
+    def waits(self) -> bool:
+        """Whether the thread may be waiting for an answer: False only when its row,
+        already read, says its head is not suspended (an answer's check would read the
+        head to find it passes: the answer is refused by name under the lock instead)."""
+        if self._thread is _UNREAD or self._thread is None:
+            return True  # not read yet, or no row: the check reads the head itself
+        return bool(self._thread.head_status == "suspended")
+
+
 def _thread_assistant(thread_id: str) -> Assistant:
-    thread = Thread.objects.filter(pk=thread_id).first()
-    if thread is None:
-        raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
-    last = Run.objects.filter(thread_id=thread_id).order_by("-created_at").first()
-    if last is not None:
-        return last.assistant
-    known = (thread.metadata or {}).get("assistant_id") or (thread.metadata or {}).get("graph_id")
-    if known:
-        return resolve_assistant(assistant_id=str(known))
-    raise InvalidArgument(
-        f"thread {thread_id!r} has never run an assistant; start a run with assistant_id.",
-        field="assistant_id",
-    )
+    """The assistant of the thread's last run (:meth:`_Seen.assistant`)."""
+    return _Seen(thread_id).assistant()
 
 
 def answer_thread(
@@ -624,16 +693,17 @@ def answer_thread(
     is refused with AlreadyDecided (naming who answered), a thread that moved on
     otherwise with StaleHead. Raises NotSuspended (409) when nothing waits.
     """
-    assistant = _thread_assistant(thread_id)
+    seen = _Seen(thread_id)
     return create_run(
         thread_id=thread_id,
-        assistant_id=str(assistant.assistant_id),
+        assistant_id=str(seen.assistant().assistant_id),
         command={"resume": value},
         metadata={**(metadata or {}), "resumed_by": by} if by else metadata,
         by=by,
         door=door,
         expected=expected,
         decider=decider,
+        _seen=seen,
     )
 
 
@@ -652,8 +722,10 @@ def retry_thread(
     """Continue the thread's failed or interrupted turn from its last checkpoint.
     Raises NothingToRetry (409) when its head is neither failed nor stopped mid-run,
     StaleHead when ``expected`` is given and the head moved on."""
-    assistant = _thread_assistant(thread_id)
-    thread = Thread.objects.get(pk=thread_id)
+    seen = _Seen(thread_id)
+    assistant = seen.assistant()
+    thread = seen.thread
+    assert thread is not None  # else seen.assistant() raised ThreadNotFound
     busy = Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).exists()
     if not busy and thread.head_status not in ("failed", "in_progress"):
         raise NothingToRetry(
@@ -669,4 +741,5 @@ def retry_thread(
         by=by,
         door=door,
         expected=expected,
+        _seen=seen,
     )

@@ -281,7 +281,7 @@ from criogen.storage.models.tokens import ApiToken, default_expiry, new_token  #
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens are listed by prefix; the secret itself is never stored or shown again."""
 
     list_display = ("prefix", "user", "name", "created", "last_used", "expires_at")
@@ -307,7 +307,7 @@ from criogen.storage.models import LangGraphCheckpoint  # noqa: E402
 
 
 @admin.register(LangGraphCheckpoint)
-class LangGraphCheckpointAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class LangGraphCheckpointAdmin(admin.ModelAdmin):
     """Where a LangGraph thread stands: its checkpoints by namespace and run. Payloads
     are the serializer's bytes (sealed when encryption is on): not shown."""
 
@@ -336,4 +336,36 @@ class LangGraphCheckpointAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return found, duplicates
 
     def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+# -- resumable streams ----------------------------------------------------------------------
+
+from criogen.storage.models import StreamEvent  # noqa: E402
+
+
+@admin.register(StreamEvent)
+class StreamEventAdmin(admin.ModelAdmin):
+    """The event logs of resumable streams: read-only (the stream writes them, the
+    sweep deletes them)."""
+
+    list_display = ("run_id", "seq", "event", "mode", "version", "thread_id", "created_at")
+    list_filter = ("event",)
+    search_fields = ("=run_id", "=thread_id")
+    ordering = ("-created_at", "run_id", "seq")
+    readonly_fields = (
+        "run_id",
+        "thread_id",
+        "seq",
+        "version",
+        "mode",
+        "event",
+        "data",
+        "created_at",
+    )
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
         return False

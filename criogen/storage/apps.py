@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import cast
+
 from django.apps import AppConfig
 
 
@@ -23,7 +25,8 @@ class StorageConfig(AppConfig):
             # installed, stop the start here with the reason (not at the first run).
             registry.check_configuration()
             # The services hand committed runs to this runner (they never import it).
-            dispatch.register(runner)
+            # The runner module is the Runner: its functions are the protocol's methods.
+            dispatch.register(cast(dispatch.Runner, runner))
             events.install()
             if settings.CRIOGEN_RUNNER == "inprocess" and _is_server():
                 # Recover runs a previous server process left behind, without waiting

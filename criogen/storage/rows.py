@@ -53,6 +53,8 @@ class Columns:
         """``value`` as the database takes it for the field ``name`` (a UUID is hex
         text on SQLite, an aware datetime naive UTC text, …)."""
         field = self.model._meta.get_field(name)
+        if not isinstance(field, Field):
+            raise LookupError(f"{self.model._meta.label}.{name} is a relation, not a column")
         return field.get_db_prep_value(value, connections[self.alias])
 
 
@@ -68,7 +70,8 @@ def columns(model: type[M], alias: str, names: Sequence[str] | None = None) -> C
     converters = tuple(
         tuple(
             connection.ops.get_db_converters(field.get_col(model._meta.db_table))
-            + field.get_db_converters(connection)
+            # Field.get_db_converters exists on every field; django-stubs omits it.
+            + field.get_db_converters(connection)  # type: ignore[attr-defined]
         )
         for field in fields
     )

@@ -80,6 +80,13 @@ def json_text(value: Any) -> str:
 
 
 @register.filter
+def all_allow(calls: Any, decision: str) -> bool:
+    """Whether every waiting call allows ``decision`` (its ``allowed_decisions``): a
+    button that would answer all of them is shown only then."""
+    return all(decision in getattr(call, "allowed", ()) for call in calls or ())
+
+
+@register.filter
 def thread_segment(thread_id: Any) -> str:
     """The thread id as one URL path segment (see :mod:`dashboard.converters`)."""
     from dashboard.converters import encode_thread_id
@@ -254,6 +261,8 @@ def timeline_rows(context: template.Context) -> SafeString:
     selected = context.get("selected_id") or ""
     head = thread.head_version
     tz = timezone.get_current_timezone()
+    steps = context.get("steps") or {}
+    events = context.get("events") or {}
     rows = []
     for e in entries:
         cid = escape(e.id)
@@ -272,14 +281,94 @@ def timeline_rows(context: template.Context) -> SafeString:
                 'hx-swap="outerHTML">Rewind…</a>'
             )
         chosen = " selected" if e.id == selected else ""
+        fact = steps.get(e.version)
+        wrote = took = ""
+        if fact is not None and fact.wrote:
+            wrote = f'<span class="wrote" title="what wrote it">{escape(fact.wrote)}</span> '
+        if fact is not None and fact.took is not None:
+            took = (
+                f'<span class="took" title="how long the step took">{duration(fact.took)}</span> '
+            )
         rows.append(
             f'<li class="cp cp-{status}{chosen}" data-version="{int(e.version)}" '
             f'data-status="{status}" data-source="{escape(e.source)}" tabindex="-1">'
             '<span class="dot" aria-hidden="true"></span>'
             f'<a class="v" href="?at={cid}" hx-get="{base}checkpoints/{cid}/" '
             f'hx-target="#panel" hx-swap="outerHTML" data-open>v{int(e.version)}</a> '
-            f'<span class="src">{source}</span> '
-            f'<span class="status s-{status}">{status.replace("_", " ")}</span> '
-            f'<time datetime="{stamp.isoformat()}">{stamp:%H:%M:%S}</time> {run} {rewind}</li>'
+            f'<span class="src">{source}</span> {wrote}'
+            f'<span class="status s-{status}">{status.replace("_", " ")}</span> {took}'
+            f'<time datetime="{stamp.isoformat()}">{stamp:%H:%M:%S %Z}</time> {run} {rewind}</li>'
         )
+        for event in reversed(events.get(e.id, [])):
+            rows.append(_event_row(event, tz))
     return mark_safe("\n".join(rows))  # noqa: S308 - every value above is escaped
+
+
+def duration(took: timedelta) -> str:
+    """A step's duration: ``35 ms``, ``1.2 s``, ``3 min 4 s``."""
+    seconds = took.total_seconds()
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes} min {rest} s"
+
+
+_VERBS = {"approve": "approved", "reject": "rejected", "edit": "edited", "respond": "answered"}
+
+
+def _event_row(event: Any, tz: Any) -> str:
+    """One decision or action as a timeline row (every value escaped)."""
+    from dashboard.data import state_diff
+
+    details = event.details
+    what: list[str] = []
+    if event.action == "decide":
+        for d in details.get("decisions") or []:
+            verb = _VERBS.get(str(d.get("type")), str(d.get("type")))
+            text = f"{verb} {d.get('name') or 'a call'}"
+            if d.get("message"):
+                text += f": “{d['message']}”"
+            what.append(escape(text))
+    elif event.action == "resume":
+        what.append("answered " + escape(_short(details.get("value"))))
+    elif event.action == "rewind":
+        what.append(f"rewound to v{int(details.get('version') or 0)}")
+    elif event.action == "update_state":
+        keys = ", ".join(str(k) for k in details.get("keys") or [])
+        what.append("edited the state" + (f" ({escape(keys)})" if keys else ""))
+    elif event.action == "retry":
+        what.append("retried from the last checkpoint")
+    else:
+        what.append("sent input")
+    diffs = []
+    for edit in event.edits:
+        lines = []
+        for d in state_diff(edit["original"] or {}, edit["edited"] or {}):
+            old = escape(json.dumps(d["old"], ensure_ascii=False)) if d["op"] != "added" else ""
+            new = escape(json.dumps(d["new"], ensure_ascii=False)) if d["op"] != "removed" else ""
+            lines.append(
+                f'<tr class="d-{escape(d["op"])}"><th scope="row"><code>{escape(d["key"])}</code></th>'
+                f'<td class="old">{old}</td><td class="new">{new}</td></tr>'
+            )
+        diffs.append(
+            '<div class="table-scroll" role="region" tabindex="0" aria-label="Edited arguments">'
+            f'<table class="argdiff" data-call="{escape(edit["call_id"])}">'
+            f"<caption>{escape(edit['tool'])}: arguments edited</caption>"
+            '<thead><tr><th scope="col">argument</th><th scope="col">original</th>'
+            f'<th scope="col">edited</th></tr></thead><tbody>{"".join(lines)}</tbody></table></div>'
+        )
+    stamp = event.at.astimezone(tz)
+    who = escape(event.actor or "someone")
+    return (
+        f'<li class="event ev-{escape(event.action)}" data-action="{escape(event.action)}">'
+        f'<span class="who">{who}</span> <span class="verb">{"; ".join(what)}</span> '
+        f'<span class="muted">via {escape(event.door)} · '
+        f'<time datetime="{stamp.isoformat()}">{stamp:%H:%M:%S %Z}</time></span>{"".join(diffs)}</li>'
+    )
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -13,7 +13,9 @@ from django.views.decorators.http import require_GET, require_POST
 from criogen import Storage
 from criogen.engine.errors import CheckpointNotFound
 from criogen.selectors import checkpoint_row, runs_for_thread
+from criogen.selectors.timeline import edited_calls, timeline_events, timeline_page
 from dashboard import actions
+from dashboard.answers import AnswerForm, answer_form, keep_typed, read_answer
 from dashboard.data import (
     STATUSES,
     TIMELINE_PAGE,
@@ -29,7 +31,6 @@ from dashboard.data import (
     state_diff,
     status_counts,
     threads_page,
-    timeline,
     transcript,
 )
 from dashboard.forms import FormError, decisions_from, parse_json
@@ -97,26 +98,72 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
             calls=calls,
             interrupts=interrupts,
         )
-    interrupted = thread.head_status == "in_progress" and not thread.lease_alive
+    unfinished = thread.head_status == "in_progress"
+    # A person's fork is paused whatever the lease says: the rewind itself held the
+    # thread a moment, and a live update rendered in that moment must not say "running".
+    paused = paused_by_person(thread, head, body) if unfinished else None
+    interrupted = unfinished and paused is None and not thread.lease_alive
     return {
         "thread": thread,
         "waiting": waiting,
+        "answer": waiting_answer(waiting),
         "interrupted": interrupted,
+        "paused": paused,
         "can_retry": thread.head_status == "failed" or interrupted,
+        # The state can be edited whenever no run holds the thread.
+        "can_edit_state": bool(thread.head_id) and not thread.lease_alive,
         "head_error": body.get("error"),
         "can_act": can_act,
         "user": user,
     }
 
 
+def paused_by_person(thread: Thread, head: Any, body: dict[str, Any]) -> dict[str, Any] | None:
+    """Why an unfinished head has no run, when a person put it there: a rewind or a
+    state edit (a ``fork`` checkpoint) that no run has taken up since. None for a
+    crash: a run wrote the head (or took up the fork) and died."""
+    if head is None:
+        return None
+    latest = runs_for_thread(thread_id=thread.pk, limit=1)
+    last = latest[0] if latest else None
+    if last is not None and last.status == "interrupted" and last.cancelled_by:
+        # A person cancelled the run that was writing: a pause too.
+        at = last.ended_at or head.created_at
+        return {"by": last.cancelled_by, "cancelled": True, "at": at}
+    if head.source != "fork":
+        return None
+    if last is not None and last.created_at > head.created_at:
+        return None  # a run took the fork up and is gone: that is a crash
+    meta = body.get("metadata") or {}
+    return {
+        "by": str(meta.get("actor") or ""),
+        "rewound_to": meta.get("forked_version"),
+        "edited": bool(meta.get("update")),
+        "at": head.created_at,
+    }
+
+
+def waiting_answer(waiting: InboxItem | None) -> AnswerForm | None:
+    """The typed form of a workflow's one pending suspension (None: an approval, or
+    several suspensions pending, answered as JSON)."""
+    if waiting is None or waiting.kind != "workflow" or len(waiting.interrupts) != 1:
+        return None
+    return answer_form(waiting.interrupts[0])
+
+
 def timeline_context(thread: Thread, *, before: int | None, selected_id: str) -> dict[str, Any]:
     """What the timeline partial needs (one query for up to 200 checkpoints)."""
-    entries = timeline(thread, before=before)
+    # One query for the page, what wrote each checkpoint and whether a person's action
+    # did; a second only when some did.
+    entries, steps, audited = timeline_page(thread.pk, before=before, size=TIMELINE_PAGE)
     older = (
         entries[-1].version if len(entries) == TIMELINE_PAGE and entries[-1].version > 1 else None
     )
     return {
         "entries": entries,
+        # What wrote each checkpoint and how long it took; the decisions in between.
+        "steps": steps,
+        "events": timeline_events(thread.pk, audited),
         "older": older,
         "before": before,
         "selected_id": selected_id,
@@ -141,12 +188,22 @@ def panel_context(thread: Thread, checkpoint_id: str) -> dict[str, Any]:
             parent = storage.get_checkpoint(thread.pk, selected.parent_id)
         except CheckpointNotFound:
             parent = None
+    messages_list = transcript(selected.state)
+    if any(m["tool_calls"] for m in messages_list):
+        # Next to a call a person edited: the arguments that actually ran (the model's
+        # stay shown above them, and in the decision record).
+        edited = edited_calls(thread.pk)
+        for m in messages_list:
+            m["tool_calls"] = [
+                {**c, "ran": edited[c["id"]]} if c.get("id") in edited else c
+                for c in m["tool_calls"]
+            ]
     return {
         "selected": selected,
         "selected_id": selected.id,
         "parent": parent,
         "diff": state_diff(parent.state if parent else None, selected.state),
-        "messages_list": transcript(selected.state),
+        "messages_list": messages_list,
     }
 
 
@@ -199,7 +256,19 @@ def rewind_confirm(request: HtmxHttpRequest, thread_id: str, checkpoint_id: str)
     return render(request, "dashboard/thread.html", context)
 
 
-ACTIONS = ("approve", "reject", "edit", "decide", "resume", "retry", "rewind")
+ACTIONS = (
+    "approve",
+    "reject",
+    "edit",
+    "decide",
+    "choice",
+    "resume",
+    "retry",
+    "continue",
+    "rewind",
+    "save_state",
+    "cancel",
+)
 
 
 @require_POST
@@ -241,7 +310,9 @@ def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
     if request.POST.get("from") == "inbox" and form_error:
         # Refused input in an inbox card: swap nothing, so the card keeps what was
         # typed; criogen.js shows a plain-text 422 next to the form that sent it.
-        return HttpResponse(form_error.message, status=422, content_type="text/plain")
+        refused = HttpResponse(form_error.message, status=422, content_type="text/plain")
+        refused["X-Criogen-Field"] = form_error.field  # criogen.js marks it aria-invalid
+        return refused
     if request.POST.get("from") == "inbox":
         from dashboard.views.inbox import inbox_context
 
@@ -263,6 +334,10 @@ def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
         response.status_code = status
         return response
     context = actions_context(request.user, t, can_act=can_act)
+    if form_error and form_error.field == "state":
+        context["typed_state"] = request.POST.get("state", "")
+    if form_error and context["answer"] is not None:
+        keep_typed(context["answer"], request.POST, form_error)
     if form_error and context["waiting"] is not None:
         # Give back what the operator typed, so fixing one field does not lose the rest.
         for call in context["waiting"].calls:
@@ -299,15 +374,32 @@ def _edit_index(error: FormError | None) -> int | None:
 
 def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> actions.Outcome:
     user = request.user
-    if button == "retry":
-        return actions.retry(thread=t, expected=expected or None, user=user)
+    if button in ("retry", "continue"):
+        # Continuing a paused fork and retrying a crash are one verb: a run goes on from
+        # the head. Only the words differ.
+        return actions.retry(
+            thread=t, expected=expected or None, user=user, resumed=button == "continue"
+        )
+    if button == "save_state":
+        values = parse_json(request.POST.get("state", ""), "state")
+        if not isinstance(values, dict):
+            raise FormError("state", "state: write a JSON object of the keys to change.")
+        return actions.edit_state(thread=t, values=values, user=user, expected=expected or None)
+    if button == "cancel":
+        return actions.cancel(thread=t, run_id=request.POST.get("run", ""), user=user)
     if button == "rewind":
         target = request.POST.get("checkpoint", "")
         if not target:
             raise FormError("checkpoint", "Choose the checkpoint to rewind to.")
         return actions.rewind(thread=t, checkpoint_id=target, expected=expected or None, user=user)
-    if button == "resume":
-        value = parse_json(request.POST.get("value", ""), "value")
+    if button in ("resume", "choice"):
+        row = checkpoint_row(thread_id=t.pk, checkpoint_id=expected)
+        interrupts = list(body_of(row).get("interrupts") or []) if row is not None else []
+        form = answer_form(interrupts[0]) if len(interrupts) == 1 else None
+        if form is not None and form.typed and t.head_id == expected:
+            value = read_answer(request.POST, form, interrupts[0])
+        else:
+            value = parse_json(request.POST.get("value", ""), "value")
         return actions.resume(thread=t, expected=expected, value=value, user=user)
     if button in ("approve", "reject", "edit", "decide"):
         row = checkpoint_row(thread_id=t.pk, checkpoint_id=expected)

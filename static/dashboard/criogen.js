@@ -100,11 +100,31 @@
       anchor.parentNode.insertBefore(note, anchor);
     }
     note.textContent = text;
+    return note;
+  }
+  var problems = 0;
+  // A refusal that names a field (the X-Criogen-Field header of a plain-text 422)
+  // marks that field aria-invalid and points it at the message.
+  function markField(elt, name, note) {
+    var form = anchorOf(elt);
+    var field = form && name && form.querySelector('[name="' + CSS.escape(name) + '"]');
+    if (!field || !note) return;
+    if (!note.id) note.id = "request-error-" + (++problems);
+    field.setAttribute("aria-invalid", "true");
+    field.setAttribute("aria-describedby", note.id);
+    field.setAttribute("data-marked-invalid", "");
   }
   function clearProblem(elt) {
     var anchor = anchorOf(elt);
     var note = anchor && anchor.previousElementSibling;
     if (note && note.hasAttribute("data-request-error")) note.remove();
+    if (anchor && anchor.querySelectorAll) {
+      anchor.querySelectorAll("[data-marked-invalid]").forEach(function (field) {
+        field.removeAttribute("aria-invalid");
+        field.removeAttribute("aria-describedby");
+        field.removeAttribute("data-marked-invalid");
+      });
+    }
   }
   document.addEventListener("htmx:beforeRequest", function (ev) { clearProblem(ev.detail.elt); });
   document.addEventListener("htmx:responseError", function (ev) {
@@ -120,7 +140,8 @@
       ev.detail.shouldSwap = false;
       // This event's detail.elt is the swap target; the form that sent it is here.
       var sender = ev.detail.requestConfig ? ev.detail.requestConfig.elt : ev.detail.elt;
-      showProblem(sender, xhr.responseText + " What you typed is still here.");
+      var note = showProblem(sender, xhr.responseText + " What you typed is still here.");
+      markField(sender, xhr.getResponseHeader("X-Criogen-Field"), note);
     }
   });
 
@@ -140,6 +161,7 @@
     });
     var focused = document.querySelector(".card.waiting.focus");
     saved.focus = focused ? focused.dataset.thread : null;
+    saved.hadFocus = !!focused && (document.activeElement === focused || focused.contains(document.activeElement));
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
     document.body.dataset.liveMessages = String(Number(document.body.dataset.liveMessages || 0) + 1);
@@ -160,9 +182,91 @@
     });
     if (saved.focus) {
       var card = document.querySelector('#inbox-list [data-thread="' + CSS.escape(saved.focus) + '"]');
-      if (card) card.classList.add("focus");
+      if (card) select(card, saved.hadFocus);
     }
     saved = null;
+  });
+
+  // -- the decision panel keeps what was typed across a live swap ---------------------------
+  // A live update re-renders #actions (the thread moved, or the socket's first sync).
+  // When it still answers the same suspension (same "expected" checkpoint), what the
+  // operator had typed, chosen or opened comes back, and so does the focus.
+  var panel = null;
+  document.addEventListener("htmx:wsBeforeMessage", function () {
+    var actions = document.getElementById("actions");
+    var expected = actions && actions.querySelector("input[name=expected]");
+    panel = null;
+    if (!expected) return;
+    panel = { expected: expected.value, values: {}, checked: [], open: [], focus: null };
+    actions.querySelectorAll("input, textarea, select").forEach(function (el) {
+      if (!el.name || el.type === "hidden") return;
+      if (el.type === "radio" || el.type === "checkbox") {
+        if (el.checked !== el.defaultChecked) panel.checked.push([el.name, el.value, el.checked]);
+      } else if (el.tagName === "SELECT" || el.value !== el.defaultValue) {
+        panel.values[el.name] = el.value;
+      }
+    });
+    actions.querySelectorAll("details[open]").forEach(function (d, i) { panel.open.push(i); });
+    if (document.activeElement && actions.contains(document.activeElement)) panel.focus = document.activeElement.name || null;
+  });
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var saved = panel;
+    panel = null;
+    var actions = document.getElementById("actions");
+    var expected = actions && actions.querySelector("input[name=expected]");
+    if (!saved || !expected || expected.value !== saved.expected) return;
+    Object.keys(saved.values).forEach(function (name) {
+      var el = actions.querySelector('[name="' + CSS.escape(name) + '"]:not([type=hidden])');
+      if (el) el.value = saved.values[name];
+    });
+    saved.checked.forEach(function (item) {
+      var el = actions.querySelector('[name="' + CSS.escape(item[0]) + '"][value="' + CSS.escape(item[1]) + '"]');
+      if (el) el.checked = item[2];
+    });
+    var details = actions.querySelectorAll("details");
+    saved.open.forEach(function (i) { if (details[i]) details[i].open = true; });
+    if (saved.focus) {
+      var el = actions.querySelector('[name="' + CSS.escape(saved.focus) + '"]');
+      if (el) el.focus();
+    }
+  });
+
+  // -- the checkpoint panel follows the head it showed ------------------------------------
+  // The panel shows one checkpoint. While it shows the head (as on load, or after the
+  // operator picked the head), each new head a live update brings is loaded into it; a
+  // checkpoint picked by hand, or a rewind confirmation, stays put. Answers can arrive
+  // out of order, so only the newest wanted one is swapped in.
+  function headLink() {
+    var timeline = document.getElementById("timeline");
+    var row = timeline && timeline.querySelector('li.cp[data-version="' + timeline.dataset.head + '"]');
+    return row ? row.querySelector("a.v") : null;
+  }
+  function panelShows(link) {
+    var shown = document.getElementById("panel");
+    return !!(shown && link && shown.dataset.checkpoint &&
+      link.getAttribute("hx-get").indexOf("/" + shown.dataset.checkpoint + "/") !== -1);
+  }
+  var follows = panelShows(headLink());
+  var wanted = null;
+  document.addEventListener("click", function (ev) {
+    if (!ev.target.closest) return;
+    var picked = ev.target.closest(".timeline a.v");
+    if (picked) { follows = picked === headLink(); wanted = null; }
+    if (ev.target.closest(".timeline a.rewind")) { follows = false; wanted = null; }
+  }, true);
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var link = headLink();
+    if (!follows || !link || !window.htmx || panelShows(link)) return;
+    var url = link.getAttribute("hx-get");
+    if (url === wanted) return;
+    wanted = url;
+    htmx.ajax("GET", url, { target: "#panel", swap: "outerHTML" });
+  });
+  document.addEventListener("htmx:beforeSwap", function (ev) {
+    if (!wanted || !ev.detail.target || ev.detail.target.id !== "panel") return;
+    var path = ev.detail.pathInfo ? ev.detail.pathInfo.requestPath : "";
+    if (path && path !== wanted) { ev.detail.shouldSwap = !follows; return; }
+    if (path === wanted) wanted = null;
   });
 
   // -- ages tick, and turn late -----------------------------------------------------------
@@ -207,8 +311,18 @@
     var title = document.title.replace(/^Inbox \(\d+\)/, "Inbox (" + list.dataset.total + ")");
     if (title !== document.title) document.title = title;
   }
-  document.addEventListener("htmx:afterSettle", function () { titleCount(); tickAges(); });
-  document.addEventListener("htmx:wsAfterMessage", function () { titleCount(); tickAges(); });
+  // -- a JSON block that scrolls can be reached (and scrolled) with the keyboard ----------
+  function reachable() {
+    document.querySelectorAll("pre.json").forEach(function (pre) {
+      var scrolls = pre.scrollHeight > pre.clientHeight + 1 || pre.scrollWidth > pre.clientWidth + 1;
+      if (scrolls && !pre.hasAttribute("tabindex")) pre.setAttribute("tabindex", "0");
+      if (!scrolls && pre.getAttribute("tabindex") === "0") pre.removeAttribute("tabindex");
+    });
+  }
+  reachable();
+  document.addEventListener("toggle", reachable, true);  // a <details> opened
+  document.addEventListener("htmx:afterSettle", function () { titleCount(); tickAges(); reachable(); });
+  document.addEventListener("htmx:wsAfterMessage", function () { titleCount(); tickAges(); reachable(); });
 
   // -- the timeline marks the checkpoint whose panel is shown -----------------------------
   document.addEventListener("click", function (ev) {
@@ -223,14 +337,25 @@
     return Array.prototype.slice.call(document.querySelectorAll(".card.waiting, .timeline li.cp"));
   }
   function current() { return document.querySelector(".card.waiting.focus, .timeline li.cp.focus"); }
+  // The selection is real focus (screen readers follow it) and says so with
+  // aria-current; the "focus" class keeps the highlight when focus goes to a button.
+  function select(el, focus) {
+    items().forEach(function (other) {
+      if (other === el) return;
+      other.classList.remove("focus");
+      other.removeAttribute("aria-current");
+    });
+    el.classList.add("focus");
+    el.setAttribute("aria-current", "true");
+    if (focus !== false) el.focus({ preventScroll: true });
+    el.scrollIntoView({ block: "nearest" });
+  }
   function move(step) {
     var all = items();
     if (!all.length) return;
     var i = all.indexOf(current());
     var next = all[Math.max(0, Math.min(all.length - 1, i + step))] || all[0];
-    all.forEach(function (el) { el.classList.remove("focus"); });
-    next.classList.add("focus");
-    next.scrollIntoView({ block: "nearest" });
+    select(next, true);
   }
   // On the inbox, actions apply only to the card selected with j/k (never "the first one").
   function scope() {

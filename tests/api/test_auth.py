@@ -129,8 +129,8 @@ def test_criogen_token_issues_a_working_token_for_known_users_only(server: Serve
         _manage(server.env, "criogen_token", "nobody")
 
 
-# The token lookup is one hand-written statement (api.auth): these check it decides as
-# Django's ModelBackend would, on both backends.
+# The token lookup is one hand-written statement (criogen.services.tokens): these check
+# it decides as Django's ModelBackend would, on both backends.
 
 _PEOPLE = """
 import json, uuid

@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ class Cluster:
     queue: str
     logs: Path
     workers: dict[int, subprocess.Popen[bytes]]
+    shells: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def start_worker(self, name: str) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("wb") as log:
@@ -98,15 +99,36 @@ class Cluster:
         return done.stdout.strip().splitlines()[-1]
 
     def create_run(self, thread_id: str, **options: Any) -> str:
-        return self.manage(
-            "shell",
-            code=(
-                "from criogen.services.runs import create_run\n"
-                f"run = create_run(thread_id={thread_id!r}, assistant_id='steps', "
-                f"if_not_exists='create', **{options!r})\n"
-                "print(run.pk)"
-            ),
+        """Create a run in a ``manage.py shell`` and return its id as soon as the shell
+        prints it (committed and handed to the workers).
+
+        Not when the shell exits: its interpreter's teardown can take seconds on a busy
+        machine, and by then a worker may have run the whole run, so a test waiting to
+        see it ``running`` would wait for nothing. The shell is reaped with the cluster.
+        """
+        code = (
+            "from criogen.services.runs import create_run\n"
+            f"run = create_run(thread_id={thread_id!r}, assistant_id='steps', "
+            f"if_not_exists='create', **{options!r})\n"
+            "print('RUN', run.pk, flush=True)"
         )
+        log = (self.logs / f"shell-{uuid.uuid4().hex[:8]}.log").open("wb")
+        shell = subprocess.Popen(
+            [str(BIN / "python"), "manage.py", "shell", "-c", code],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+        log.close()
+        self.shells.append(shell)
+        assert shell.stdout is not None
+        for line in shell.stdout:
+            if line.startswith("RUN "):
+                return line.split()[1]
+        shell.wait(60)
+        raise AssertionError(self.dump(f"the shell creating a run exited {shell.returncode}"))
 
     def run(self, run_id: str) -> Any:
         from criogen.storage.models import Run
@@ -190,6 +212,8 @@ def cluster(cluster_database: str, tmp_path: Path, django_db_blocker: Any) -> It
             found.wait_ready(["w1", "w2"])
             yield found
         finally:
+            for shell in found.shells:
+                shell.communicate(timeout=60)  # reads what is left, then reaps it
             for proc in found.workers.values():
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)

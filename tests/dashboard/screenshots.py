@@ -24,7 +24,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         server = live_server.start(f"sqlite://{Path(tmp) / 'shots.db'}", Path(tmp))
         try:
-            wf = server.start_hitl(n=41, prefix="invoice-approval")
+            from tests.dashboard.test_browser_typed import start_review
+
+            # The demo's review step: a typed suspension (an Approve choice and a form).
+            wf = start_review(server, "Refund policy")
             server.start_hitl(n=7, prefix="expense-report")
             agent = server.start_refund("Please refund order 8812 of 49.90 EUR, it arrived broken")
             server.start_refund("refund order 5120 of 12 EUR", who="oscar")

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from criogen.storage.models.tokens import DEFAULT_EXPIRY, ApiToken
+from criogen.services.tokens import DEFAULT_EXPIRY, issue_token
 
 
 class Command(BaseCommand):
@@ -40,5 +40,5 @@ class Command(BaseCommand):
         expires_at: Any = DEFAULT_EXPIRY
         if days is not None:
             expires_at = timezone.now() + timedelta(days=days) if days else None
-        _, token = ApiToken.issue(user, name=options["name"], expires_at=expires_at)
+        _, token = issue_token(user=user, name=options["name"], expires_at=expires_at)
         self.stdout.write(token)

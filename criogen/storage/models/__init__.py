@@ -8,6 +8,7 @@ from criogen.storage.models.crons import Cron
 from criogen.storage.models.langgraph import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
 from criogen.storage.models.outbound import OutboundAttempt
 from criogen.storage.models.runs import Assistant, DeadlineFiring, Run
+from criogen.storage.models.streams import StreamEvent
 from criogen.storage.models.threads import Checkpoint, Thread, Value
 from criogen.storage.models.tokens import ApiToken
 
@@ -27,6 +28,7 @@ __all__ = [
     "MemoryFact",
     "OutboundAttempt",
     "Run",
+    "StreamEvent",
     "Thread",
     "Value",
 ]

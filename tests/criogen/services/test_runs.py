@@ -163,6 +163,78 @@ def test_a_late_second_answer_after_the_first_has_run_is_already_decided(
     assert resume_thread(thread_id=thread_id, value="again", by="bob") is not None
 
 
+def _reads(queries: Any, table: str) -> int:
+    return sum(
+        1 for q in queries if q["sql"].startswith("SELECT") and f'FROM "{table}"' in q["sql"]
+    )
+
+
+@pytest.mark.parametrize("operator", [True, False])
+def test_an_answer_reads_the_thread_and_its_assistant_once_before_it_locks_the_thread(
+    thread_id: str, operator: bool, settings: Any
+) -> None:
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from criogen.services.runs import Decider, answer_thread
+
+    settings.CRIOGEN_DECIDERS = {"*": ["owners"]}
+    alice = User.objects.create(username="alice")
+    wait_run(run=make(thread_id, "hitl", input={}, owner=alice), timeout=10)
+    head = Thread.objects.get(pk=thread_id).head_id
+
+    with CaptureQueriesContext(connection) as seen:
+        answer_thread(
+            thread_id=thread_id,
+            value="yes",
+            by="alice",
+            door="ui",
+            expected=head,
+            decider=Decider(None if operator else alice, operator),
+        )
+
+    # Who may decide, which assistant answers and the compare-and-set need the row
+    # once before the transaction and once locked in it; the last run (with its
+    # assistant) once; the head checkpoint once (to check the answer's shape).
+    assert _reads(seen.captured_queries, "criogen_thread") == 2
+    assert _reads(seen.captured_queries, "criogen_assistant") == 0
+    assert sum(1 for q in seen.captured_queries if "FROM criogen_checkpoint" in q["sql"]) == 1
+
+
+def test_an_update_with_a_resume_asks_who_may_decide_once(thread_id: str, settings: Any) -> None:
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from criogen.services.runs import Decider
+
+    settings.CRIOGEN_DECIDERS = {"*": ["owners"]}
+    alice = User.objects.create(username="alice")
+    wait_run(run=make(thread_id, "hitl", input={}, owner=alice), timeout=10)
+
+    with CaptureQueriesContext(connection) as seen:
+        run = make(
+            thread_id,
+            "hitl",
+            command={"resume": "yes", "update": {"note": "checked"}},
+            by="alice",
+            decider=Decider(alice, False),
+        )
+
+    assert wait_run(run=run, timeout=10).status == "success"
+    # The thread's last run is read once for who may decide (not once per part of the
+    # command), and once by the update (the graph whose state it updates).
+    last_runs = [
+        q
+        for q in seen.captured_queries
+        if q["sql"].startswith("SELECT")
+        and 'FROM "criogen_run"' in q["sql"]
+        and q["sql"].endswith('ORDER BY "criogen_run"."created_at" DESC LIMIT 1')
+    ]
+    assert len(last_runs) == 2
+
+
 def test_resume_refuses_a_thread_that_is_not_waiting(thread_id: str) -> None:
     wait_run(run=make(thread_id, input={}), timeout=10)
 

@@ -96,6 +96,7 @@ def test_the_sweep_command_reaps_and_sweeps_and_prints_json(thread_id: str) -> N
     assert json.loads(out.getvalue()) == {
         "reaped": {"requeued": [], "restarted": []},
         "ttl": {"deleted": 1, "pruned": 0},
+        "streams": 0,
         "deadlines": {"defaults": 0, "reminders": 0},
     }
 

@@ -7,6 +7,7 @@ backend passes this file or is not a backend.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,8 +25,9 @@ from criogen.engine.checkpoints import (
     new_id,
     utcnow,
 )
-from criogen.engine.errors import CheckpointNotFound, LeaseLost, StorageError
+from criogen.engine.errors import CheckpointNotFound, LeaseLost, StorageError, ThreadNotFound
 from criogen.engine.state import Change, Delta
+from criogen.engine.store import AuditRecord
 
 LEASE = 30.0
 
@@ -444,6 +446,221 @@ def test_it_lists_thread_ids_most_recently_updated_first(storage: Storage, threa
     ids = storage.thread_ids(limit=3)
     assert ids == [lines[0].thread_id, lines[2].thread_id, lines[1].thread_id]
     assert storage.thread_ids(limit=2, offset=1) == [lines[2].thread_id, lines[1].thread_id]
+
+
+def test_it_reads_the_heads_of_many_threads_at_once(storage: Storage, thread_id: str) -> None:
+    lines = [Line(f"{thread_id}-{i}") for i in range(3)]
+    for n, one in enumerate(lines):
+        storage.acquire(one.thread_id, one.run_id, seconds=LEASE)
+        one.write(storage, sets(n=n) | appends(log=["a"]))
+        one.write(storage, appends(log=[n]))
+    storage.acquire(f"{thread_id}-empty", "run-e", seconds=LEASE)  # a thread, no checkpoint
+
+    wanted = [one.thread_id for one in lines] + [f"{thread_id}-empty", f"{thread_id}-unknown"]
+    heads = storage.heads(wanted)
+
+    assert set(heads) == {one.thread_id for one in lines}
+    for one in lines:
+        assert heads[one.thread_id] == storage.head(one.thread_id)
+    assert heads[lines[2].thread_id].state == {"n": 2, "log": ["a", 2]}
+    assert storage.heads([]) == {}
+
+
+# -- leases and writes in one round trip ------------------------------------------------
+
+
+def test_acquire_head_takes_the_lease_and_tells_the_head(storage: Storage, thread_id: str) -> None:
+    assert storage.acquire_head(thread_id, "run-1", seconds=LEASE) == (True, None)
+    line = Line(thread_id, run_id="run-1")
+    line.write(storage, sets(a=1))
+    head = line.write(storage, appends(steps=["x"]))
+
+    assert storage.acquire_head(thread_id, "run-2", seconds=LEASE) == (False, None)
+    assert storage.acquire_head(thread_id, "run-1", seconds=LEASE) == (True, head)
+    storage.release(thread_id, "run-1")
+    taken, seen = storage.acquire_head(thread_id, "run-2", seconds=LEASE)
+    assert taken and seen == head and seen is not None
+    assert seen.state == {"a": 1, "steps": ["x"]}
+    assert storage.thread_info(thread_id).lease_id == "run-2"  # type: ignore[union-attr]
+
+
+def test_write_and_release_writes_then_gives_the_lease_back(storage: Storage, line: Line) -> None:
+    line.write(storage, sets(a=1))
+    last = line.next(sets(a=2), status="completed")
+
+    storage.write_and_release([last], lease_id=line.run_id)
+    line.commit(last)
+
+    info = storage.thread_info(line.thread_id)
+    assert info is not None and (info.head_version, info.lease_id) == (2, None)
+    assert storage.head(line.thread_id) == last.checkpoint
+    assert storage.acquire(line.thread_id, "next-run", seconds=LEASE)
+
+
+def test_a_refused_write_and_release_keeps_the_lease(storage: Storage, line: Line) -> None:
+    line.write(storage, sets(a=1))
+    stale = line.next(sets(a=2), after=0, version=1)
+
+    with pytest.raises(StorageError):
+        storage.write_and_release([stale], lease_id=line.run_id)
+
+    assert storage.thread_info(line.thread_id).lease_id == line.run_id  # type: ignore[union-attr]
+    assert storage.head(line.thread_id).state == {"a": 1}  # type: ignore[union-attr]
+
+
+# -- history maintenance: rollback, compaction, copy ------------------------------------
+
+
+def _next_run(storage: Storage, line: Line) -> Line:
+    """The same thread continued by another run, which takes the lease."""
+    storage.release(line.thread_id, line.run_id)
+    other = dataclasses.replace(line, run_id=new_id(), values=dict(line.values))
+    assert storage.acquire(line.thread_id, other.run_id, seconds=LEASE)
+    return other
+
+
+def test_rollback_removes_a_runs_checkpoints_and_moves_the_head_back(
+    storage: Storage, line: Line
+) -> None:
+    line.write(storage, sets(a=1) | appends(log=["one"]), source="input")
+    kept = line.write(storage, appends(log=["two"]), status="completed")
+    second = _next_run(storage, line)
+    second.write(storage, sets(a=2) | appends(log=["three"]), source="input")
+    gone = second.write(storage, appends(log=["four"]))
+
+    assert storage.rollback_run(line.thread_id, second.run_id) == 2
+
+    assert storage.head(line.thread_id) == kept
+    assert [cp.version for cp in storage.history(line.thread_id)] == [2, 1]
+    info = storage.thread_info(line.thread_id)
+    assert info is not None and (info.head_version, info.head_status) == (2, "completed")
+    with pytest.raises(CheckpointNotFound):
+        storage.get_checkpoint(line.thread_id, gone.id)
+    # Their value rows went too: the versions are free for the next write.
+    again = dataclasses.replace(line, run_id=second.run_id, values=dict(line.values))
+    assert again.write(storage, appends(log=["three again"])).version == 3
+    assert storage.head(line.thread_id).state == {  # type: ignore[union-attr]
+        "a": 1,
+        "log": ["one", "two", "three again"],
+    }
+
+
+def test_rollback_of_a_run_that_wrote_nothing_changes_nothing(storage: Storage, line: Line) -> None:
+    head = line.write(storage, sets(a=1))
+
+    assert storage.rollback_run(line.thread_id, "another-run") == 0
+    assert storage.rollback_run(f"{line.thread_id}-unknown", line.run_id) == 0
+
+    assert storage.history(line.thread_id) == [head]
+
+
+def test_rollback_of_the_only_run_empties_the_thread(storage: Storage, line: Line) -> None:
+    line.write(storage, sets(a=1))
+    line.write(storage, sets(a=2))
+
+    assert storage.rollback_run(line.thread_id, line.run_id) == 2
+
+    assert storage.head(line.thread_id) is None
+    info = storage.thread_info(line.thread_id)
+    assert info is not None and (info.head_version, info.head_status) == (0, None)
+    assert Line(line.thread_id, run_id=line.run_id).write(storage, sets(b=1)).version == 1
+
+
+def test_compaction_keeps_only_the_head_and_the_values_it_reads(
+    storage_url: str, thread_id: str, django_db_blocker: Any
+) -> None:
+    with django_db_blocker.unblock():
+        storage = Storage(storage_url, audit=True)
+        line = Line(thread_id)
+        assert storage.acquire(thread_id, line.run_id, seconds=LEASE)
+        old = line.write(storage, sets(a=1, big="x" * 100) | appends(log=["one"]))
+        line.write(storage, appends(log=["two"]))
+        line.write(storage, sets(a=2, big=None))
+        head = line.write(storage, appends(log=["three"]), status="completed")
+        event = AuditRecord("prune", thread_id, "olga", {"kept": head.id}, door="python")
+
+        assert storage.compact_thread(thread_id, audit=event) == 3
+
+        assert storage.history(thread_id) == [head]
+        assert storage.head(thread_id) == head
+        with pytest.raises(CheckpointNotFound):
+            storage.get_checkpoint(thread_id, old.id)
+        # The append chain the head reads is kept: the thread goes on from it.
+        assert line.write(storage, appends(log=["four"])).state["log"] == [
+            "one",
+            "two",
+            "three",
+            "four",
+        ]
+        assert storage.head(thread_id).state == {  # type: ignore[union-attr]
+            "a": 2,
+            "big": None,
+            "log": ["one", "two", "three", "four"],
+        }
+        assert [(e.action, e.actor) for e in storage.audit_events(thread_id=thread_id)] == [
+            ("prune", "olga")
+        ]
+        assert storage.compact_thread(thread_id) == 1  # v4, before the new head
+        assert storage.compact_thread(thread_id) == 0
+        assert storage.compact_thread(f"{thread_id}-unknown") == 0
+        storage.close()
+
+
+def test_a_copy_has_the_whole_history_under_new_ids(
+    storage_url: str, thread_id: str, django_db_blocker: Any
+) -> None:
+    with django_db_blocker.unblock():
+        storage = Storage(storage_url, audit=True)
+        line = Line(thread_id)
+        assert storage.acquire(thread_id, line.run_id, seconds=LEASE)
+        v1 = line.write(storage, sets(n=0) | appends(steps=["a"]), source="input")
+        line.write(storage, appends(steps=["b"]) | sets(n=1))
+        line.write(storage, {}, source="fork", fork_of=v1)
+        line.write(storage, appends(steps=["x"]), status="suspended")
+        original = storage.history(thread_id)
+        copy_id = f"{thread_id}-copy"
+        event = AuditRecord("copy", copy_id, "olga", {"from": thread_id}, door="api")
+
+        head_id = storage.copy_thread(thread_id, copy_id, audit=event)
+
+        copied = storage.history(copy_id)
+        assert head_id == copied[0].id
+        assert [(c.version, c.source, c.status, c.state, c.run_id) for c in copied] == [
+            (c.version, c.source, c.status, c.state, c.run_id) for c in original
+        ]
+        assert not {c.id for c in copied} & {c.id for c in original}
+        # Parent links follow the new ids.
+        ids = dict(zip([c.id for c in original], [c.id for c in copied], strict=True))
+        assert [c.parent_id for c in copied] == [
+            ids[c.parent_id] if c.parent_id else None for c in original
+        ]
+        assert all(c.thread_id == copy_id for c in copied)
+        info = storage.thread_info(copy_id)
+        assert info is not None
+        assert (info.head_version, info.head_status, info.lease_id) == (4, "suspended", None)
+        assert storage.history(thread_id) == original  # the source is untouched
+        (audited,) = storage.audit_events(thread_id=copy_id)
+        assert (audited.action, audited.after) == ("copy", head_id)
+        # The copy goes on by itself.
+        fork = Line(copy_id, version=4, values=dict(copied[0].value_versions))
+        fork.state, fork.last_id = dict(copied[0].state), copied[0].id
+        assert storage.acquire(copy_id, fork.run_id, seconds=LEASE)
+        fork.write(storage, appends(steps=["y"]))
+        assert storage.head(copy_id).state == {"n": 0, "steps": ["a", "x", "y"]}  # type: ignore[union-attr]
+        assert storage.head(thread_id).state == {"n": 0, "steps": ["a", "x"]}  # type: ignore[union-attr]
+
+        with pytest.raises(StorageError):
+            storage.copy_thread(thread_id, copy_id)
+        assert storage.history(copy_id)[0].version == 5
+        with pytest.raises(ThreadNotFound):
+            storage.copy_thread(f"{thread_id}-unknown", f"{thread_id}-other")
+        # A thread without checkpoints copies to an empty thread.
+        assert storage.acquire(f"{thread_id}-empty", "run-e", seconds=LEASE)
+        assert storage.copy_thread(f"{thread_id}-empty", f"{thread_id}-empty-copy") is None
+        assert storage.head(f"{thread_id}-empty-copy") is None
+        empty = storage.thread_info(f"{thread_id}-empty-copy")
+        assert empty is not None and (empty.head_version, empty.lease_id) == (0, None)
+        storage.close()
 
 
 # -- listeners ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""``manage.py criogen_sweep``: re-queue dead runs, apply thread TTLs and suspension
-deadlines, once.
+"""``manage.py criogen_sweep``: re-queue dead runs, apply thread TTLs (and delete
+resumable-stream logs past their retention) and suspension deadlines, once.
 
 Celery beat and the in-process runner do the same on a timer; run this from cron when
 neither runs, or by hand after an outage. Prints a JSON summary.
@@ -29,6 +29,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from criogen.runner import drain, reap_expired
         from criogen.services.deadlines import fire_deadlines
+        from criogen.services.streams import prune_streams
         from criogen.services.threads import sweep_threads
 
         summary: dict[str, Any] = {}
@@ -36,6 +37,7 @@ class Command(BaseCommand):
             summary["reaped"] = reap_expired()
         if not options["no_ttl"]:
             summary["ttl"] = sweep_threads()
+            summary["streams"] = prune_streams()
         if not options["no_deadlines"]:
             summary["deadlines"] = fire_deadlines()
         # With the in-process runner the re-queued runs execute here: finish them.

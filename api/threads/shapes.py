@@ -1,0 +1,177 @@
+"""Threads as the JSON ``langgraph_sdk`` expects: ``Thread``, ``ThreadState``,
+``Interrupt`` (engine checkpoints in, plain dicts out)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from criogen import selectors
+from criogen.engine.checkpoints import Checkpoint
+from criogen.engine.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from criogen.storage.models import Thread
+
+__all__ = [
+    "interrupt_out",
+    "state_out",
+    "storage",
+    "task_id",
+    "thread_interrupts",
+    "thread_out",
+]
+
+
+def storage() -> Any:
+    """The process's shared storage (the one the runner and events use)."""
+    from criogen.registry import storage as shared
+
+    return shared()
+
+
+def task_id(checkpoint_id: str, node: str) -> str:
+    """A stable id for the task that runs ``node`` after ``checkpoint_id``."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"criogen:task:{checkpoint_id}:{node}"))
+
+
+def interrupt_out(interrupt: Mapping[str, Any]) -> dict[str, Any]:
+    """An engine interrupt as LangGraph's ``Interrupt``: ``{"id", "value", …}``.
+
+    ``value`` is the suspension's payload (for an agent's approval, LangChain's
+    ``HITLRequest``); ``reason``, ``node`` and the other engine fields come along.
+    """
+    out = {k: v for k, v in interrupt.items() if k not in ("payload", "id")}
+    return {"id": interrupt.get("id"), "value": interrupt.get("payload"), **out}
+
+
+def thread_interrupts(head: Checkpoint | None) -> dict[str, list[dict[str, Any]]]:
+    """The head's pending interrupts keyed by task id (the SDK ``Thread.interrupts``)."""
+    if head is None or head.status != "suspended":
+        return {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for interrupt in head.interrupts:
+        key = task_id(head.id, str(interrupt.get("node", "")))
+        out.setdefault(key, []).append(interrupt_out(interrupt))
+    return out
+
+
+def thread_out(
+    row: Thread, *, head: Checkpoint | None = None, load_head: bool = True
+) -> dict[str, Any]:
+    """A thread row as the SDK's ``Thread``."""
+    if head is None and load_head and row.head_version:
+        head = storage().head(row.id)
+    status = getattr(row, "rest_status", None) or selectors.thread_status(row)
+    return {
+        "thread_id": row.id,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+        "state_updated_at": row.updated_at,
+        "metadata": row.metadata or {},
+        "status": status,
+        "values": head.state if head is not None else None,
+        "interrupts": thread_interrupts(head),
+        "config": {},
+        "context": {},
+        "ttl": _ttl_out(row),
+    }
+
+
+def _ttl_out(row: Thread) -> dict[str, Any] | None:
+    if row.ttl_minutes is None:
+        return None
+    return {
+        "ttl": row.ttl_minutes,
+        "strategy": row.ttl_strategy,
+        "expires_at": row.expires_at,
+    }
+
+
+def _checkpoint_ref(thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": "",
+        "checkpoint_id": checkpoint_id,
+        "checkpoint_map": None,
+    }
+
+
+def state_out(
+    thread_id: str, cp: Checkpoint | None, *, select: list[str] | None = None
+) -> dict[str, Any]:
+    """A checkpoint as the SDK's ``ThreadState``.
+
+    ``metadata`` carries the engine's metadata plus ``source``, ``status``, ``step``,
+    ``version``, ``run_id`` and ``thread_id``. ``tasks`` are the nodes that run next,
+    each with its interrupts, its error (for a failure) and its result if it finished.
+    """
+    if cp is None:
+        state: dict[str, Any] = {
+            "values": {},
+            "next": [],
+            "tasks": [],
+            "interrupts": [],
+            "checkpoint": _checkpoint_ref(thread_id, None),
+            "metadata": {},
+            "created_at": None,
+            "parent_checkpoint": None,
+        }
+    else:
+        done = cp.tasks.get("done", {}) if isinstance(cp.tasks, dict) else {}
+        error = cp.error or {}
+        interrupts = [interrupt_out(i) for i in cp.interrupts] if cp.status == "suspended" else []
+        tasks = []
+        for node in cp.next:
+            failed_here = cp.status == "failed" and error.get("node") in (node, None)
+            tasks.append(
+                {
+                    "id": task_id(cp.id, node),
+                    "name": node,
+                    "error": error.get("message") if failed_here else None,
+                    "interrupts": [i for i in interrupts if i.get("node") == node],
+                    "checkpoint": None,
+                    "state": None,
+                    "result": done.get(node),
+                }
+            )
+        state = {
+            "values": cp.state,
+            "next": list(cp.next),
+            "tasks": tasks,
+            "interrupts": interrupts,
+            "checkpoint": _checkpoint_ref(thread_id, cp.id),
+            "metadata": {
+                **cp.metadata,
+                "source": cp.source,
+                "status": cp.status,
+                "step": cp.metadata.get("step", cp.version - 1),
+                "version": cp.version,
+                "run_id": cp.run_id,
+                "thread_id": thread_id,
+                **({"error": cp.error} if cp.error else {}),
+            },
+            "created_at": cp.created_at.isoformat(),
+            "parent_checkpoint": _checkpoint_ref(thread_id, cp.parent_id) if cp.parent_id else None,
+        }
+    return _select(state, select)
+
+
+def _select(state: dict[str, Any], select: list[str] | None) -> dict[str, Any]:
+    if not select:
+        return state
+    out: dict[str, Any] = {}
+    for name in select:
+        if name.startswith("values."):
+            key = name[len("values.") :]
+            values = out.setdefault("values", {})
+            if key in state["values"]:
+                values[key] = state["values"][key]
+        elif name in state:
+            out[name] = state[name]
+        else:
+            raise InvalidArgument(
+                f"select has {name!r}; use {', '.join(state)} or values.<key>.", field="select"
+            )
+    return out

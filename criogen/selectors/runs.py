@@ -1,0 +1,93 @@
+"""Runs: by id, of a thread, the active ones."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db.models import QuerySet
+
+from criogen.engine.errors import RunNotFound
+from criogen.selectors.visibility import Who, visible_runs
+from criogen.storage.models import Run
+from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
+
+__all__ = [
+    "RunNotFound",
+    "active_runs",
+    "active_runs_for",
+    "find_run",
+    "get_run",
+    "run_status",
+    "run_stream_mode",
+    "runs_for_thread",
+]
+
+
+def get_run(*, run_id: str, thread_id: str | None = None) -> Run:
+    """The run ``run_id`` (on ``thread_id`` when given). Raises RunNotFound (also for
+    an id that is not a UUID)."""
+    try:
+        key = uuid.UUID(str(run_id))
+    except ValueError:
+        raise RunNotFound(f"no run has the id {run_id!r}.", run_id=str(run_id)) from None
+    runs = Run.objects.select_related("thread", "assistant")
+    if thread_id is not None:
+        runs = runs.filter(thread_id=thread_id)
+    run = runs.filter(run_id=key).first()
+    if run is None:
+        where = f" on thread {thread_id!r}" if thread_id is not None else ""
+        raise RunNotFound(f"no run {run_id}{where}.", run_id=str(run_id))
+    return run
+
+
+def find_run(run_id: Any) -> Run | None:
+    """The run with primary key ``run_id`` (a UUID the server made), or None."""
+    return Run.objects.filter(pk=run_id).first()
+
+
+def run_status(run_id: Any) -> str | None:
+    """The status of the run ``run_id`` (None: no such run), reading nothing else."""
+    return Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+
+
+def run_stream_mode(run_id: Any) -> Any:
+    """The ``stream_mode`` the run ``run_id`` was created with (None: none, or no run)."""
+    run = Run.objects.filter(pk=run_id).only("kwargs").first()
+    return (run.kwargs or {}).get("stream_mode") if run else None
+
+
+def active_runs_for(
+    who: Who,
+    *,
+    thread_id: str | None = None,
+    run_ids: list[str] | None = None,
+    status: str | None = None,
+) -> QuerySet[Run]:
+    """The pending and running runs ``who`` may see (on ``thread_id``, among
+    ``run_ids``, with ``status`` pending or running, when given)."""
+    qs = Run.objects.filter(status__in=("pending", "running"))
+    if thread_id:
+        qs = qs.filter(thread_id=thread_id)
+    if run_ids:
+        qs = qs.filter(run_id__in=run_ids)
+    if status:
+        qs = qs.filter(status=status)
+    return visible_runs(who, qs)
+
+
+def runs_for_thread(
+    *, thread_id: str, status: str | None = None, limit: int = 10, offset: int = 0
+) -> list[Run]:
+    """The thread's runs, newest first, optionally with one status."""
+    runs = Run.objects.filter(thread_id=thread_id).order_by("-created_at")
+    if status is not None:
+        runs = runs.filter(status=status)
+    return list(runs[offset : offset + limit])
+
+
+def active_runs(*, thread_id: str) -> QuerySet[Run]:
+    """The thread's pending and running runs, oldest first (execution order)."""
+    return Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).order_by(
+        "created_at"
+    )

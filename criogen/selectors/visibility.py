@@ -1,0 +1,155 @@
+"""Who may see or act on a thread: one rule for every door.
+
+Operators (staff, or holders of ``criogen.operate``) see every thread; anyone else only
+the threads they own, and another user's thread is not found, exactly as if it did not
+exist. :func:`thread_for` loads one thread that way, :func:`visible_threads` narrows a
+list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from django.db.models import QuerySet
+
+from criogen.engine.errors import ThreadNotFound
+from criogen.selectors.status import with_status
+from criogen.storage.models import Run, Thread
+
+__all__ = [
+    "Viewer",
+    "Who",
+    "can_operate",
+    "check_thread_for",
+    "expired_threads",
+    "narrowed",
+    "thread_exists_for",
+    "thread_for",
+    "viewer",
+    "visible_runs",
+    "visible_threads",
+]
+
+
+class Who(Protocol):
+    """Whoever asks: the REST API's ``Principal``, or a dashboard user as a
+    :class:`Viewer`."""
+
+    @property
+    def user(self) -> Any:
+        """The user (None only for the anonymous operator of a server with auth off)."""
+
+    @property
+    def is_operator(self) -> bool:
+        """Staff, or a holder of ``criogen.operate``: sees and acts on every thread."""
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """A signed-in user as a :class:`Who` (see :func:`viewer`)."""
+
+    user: Any
+    is_operator: bool
+
+
+def can_operate(user: Any) -> bool:
+    """Whether ``user`` is an operator: staff, or the ``criogen.operate`` permission."""
+    if user is None or not user.is_authenticated:
+        return False
+    return bool(user.is_staff or user.has_perm("criogen.operate"))
+
+
+def viewer(user: Any) -> Viewer:
+    """``user`` (a dashboard request's) as a :class:`Who`."""
+    return Viewer(user=user, is_operator=can_operate(user))
+
+
+def narrowed(who: Who, qs: QuerySet[Any], owner: str) -> QuerySet[Any]:
+    """``qs`` narrowed to the rows ``who`` may see: all of them for operators, else the
+    ones whose ``owner`` field (a path to a user) is ``who``'s user."""
+    if who.is_operator:
+        return qs
+    user = who.user
+    if user is None or not getattr(user, "is_authenticated", True):
+        return qs.none()
+    return qs.filter(**{owner: user})
+
+
+def _may_see(who: Who, owner_id: Any) -> bool:
+    """The rule of :func:`visible_threads`, for a thread whose owner is known."""
+    if who.is_operator:
+        return True
+    user = who.user
+    return user is not None and owner_id is not None and owner_id == user.pk
+
+
+def visible_threads(who: Who, qs: QuerySet[Thread] | None = None) -> QuerySet[Thread]:
+    """``qs`` (default: every thread) narrowed to the threads ``who`` may see: all of
+    them for operators, else the ones ``who`` owns."""
+    return narrowed(who, Thread.objects.all() if qs is None else qs, "owner")
+
+
+def visible_runs(who: Who, qs: QuerySet[Run] | None = None) -> QuerySet[Run]:
+    """``qs`` (default: every run) narrowed to the runs of threads ``who`` may see."""
+    return narrowed(who, Run.objects.all() if qs is None else qs, "thread__owner")
+
+
+def _not_found(thread_id: str) -> ThreadNotFound:
+    return ThreadNotFound(f"thread {thread_id!r} not found.", thread_id=thread_id)
+
+
+def thread_for(
+    who: Who,
+    thread_id: str,
+    *,
+    write: bool = False,
+    status: bool = False,
+    owner: bool = False,
+) -> Thread:
+    """The thread ``thread_id`` if ``who`` may see and act on it; else ThreadNotFound
+    (a 404: another user's thread looks exactly like one that does not exist).
+
+    ``write``: the caller is about to change the row: it is locked
+    (``SELECT … FOR UPDATE``) until the caller's transaction ends, so that two
+    concurrent writers take turns. ``status``: the row carries ``rest_status``
+    (:func:`with_status`), computed in the same statement. ``owner``: its owner comes
+    along in the same statement.
+    """
+    qs = visible_threads(who, with_status() if status else None)
+    if owner:
+        qs = qs.select_related("owner")
+    if write:
+        qs = qs.select_for_update()
+    row = qs.filter(pk=thread_id).first()
+    if row is None:
+        raise _not_found(thread_id)
+    return row
+
+
+def check_thread_for(who: Who, thread_id: str) -> None:
+    """What :func:`thread_for` checks, without loading the row: one probe of the
+    primary key index, for reads that need the permission only (state, history)."""
+    if not visible_threads(who, Thread.objects.filter(pk=thread_id)).exists():
+        raise _not_found(thread_id)
+
+
+def thread_exists_for(who: Who, thread_id: str) -> bool:
+    """Whether the thread exists (False: there is none yet, so the caller may create it
+    under this id); ThreadNotFound when it exists and is another user's."""
+    owners = list(Thread.objects.filter(pk=thread_id).values_list("owner_id", flat=True)[:1])
+    if not owners:
+        return False
+    if not _may_see(who, owners[0]):
+        raise _not_found(thread_id)
+    return True
+
+
+def expired_threads(who: Who) -> QuerySet[Thread]:
+    """The threads ``who`` may see whose time to live has passed."""
+    from django.utils import timezone
+
+    now = timezone.now()
+    return visible_threads(
+        who, Thread.objects.filter(expires_at__isnull=False, expires_at__lte=now)
+    )

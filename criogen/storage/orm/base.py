@@ -1,0 +1,186 @@
+"""The base of :class:`~criogen.storage.orm.OrmStorage`: the connection, cursors that
+skip Django's per-statement overhead on the hot path, times, and sealing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connections
+
+from criogen.engine.crypto import open_without_key
+from criogen.engine.store import (
+    Storage,
+    encode,
+)
+from criogen.storage.setup import database_alias, redact
+
+__all__ = ["OrmBase"]
+
+
+@functools.lru_cache(maxsize=512)
+def _qmark(sql: str) -> str:
+    """The project's ``%s`` placeholders as sqlite3's ``?`` (our SQL has no literal %)."""
+    return sql.replace("%s", "?")
+
+
+class _SqliteCursor:
+    """sqlite3's own cursor on Django's connection, taking ``%s`` placeholders.
+
+    Django's SQLite cursor rewrites every statement's placeholders with a regex and
+    wraps each call; on the checkpoint path that was more Python than the statements
+    themselves. Errors still go through Django's translation (the caller holds
+    ``wrap_database_errors``).
+    """
+
+    __slots__ = ("_cur",)
+
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._cur.execute(_qmark(sql), params)
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cur.rowcount)
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def __enter__(self) -> _SqliteCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cur.close()
+
+
+class OrmBase(Storage):
+    """What every part of :class:`OrmStorage` uses: the database alias, its vendor,
+    cursors, time conversions and the sealing of user data (encryption at rest)."""
+
+    def __init__(self, url: str | None = None, **options: Any) -> None:
+        url = url or "django://default"
+        self.alias = database_alias(url)
+        self.url = redact(url)
+        self.vendor = connections[self.alias].vendor
+        from django.conf import settings
+
+        # Options win; then, for the project's own databases (Storage.default()), the
+        # Django settings; then the environment (in _init_options). A Storage(url) of
+        # another database made inside the project keeps the plain-script defaults.
+        agent_options = dict(options)
+        if url.startswith("django://"):
+            for option, setting in (
+                ("encryption_key", "CRIOGEN_ENCRYPTION_KEY"),
+                ("audit", "CRIOGEN_AUDIT"),
+                ("max_state_bytes", "CRIOGEN_MAX_STATE_BYTES"),
+            ):
+                if agent_options.get(option) is None:
+                    agent_options[option] = getattr(settings, setting, None) or None
+        self._init_options(agent_options)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _cursor(self) -> Any:
+        return connections[self.alias].cursor()
+
+    def _pg_run(self, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
+        """Run one hot statement on PostgreSQL, prepared; its rows (``fetch``) or row count.
+
+        Django's psycopg backend binds parameters client-side and never prepares; on the
+        checkpoint path, quoting parameters and planning the statement were most of the
+        client's and much of the server's time. This runs the statement on Django's own
+        connection (its transactions, thread checks, error translation and query
+        logging still apply) through a server-binding psycopg cursor that prepares:
+        psycopg prepares each statement text once per connection, then sends only the
+        parameters. ``OPTIONS={"prepare_threshold": None}`` set explicitly on the
+        database (e.g. behind a pooler that cannot keep prepared statements) turns the
+        preparing off; so does query logging (``DEBUG``), which needs the SQL text.
+        """
+        connection = connections[self.alias]
+        if connection.queries_logged:
+            # DEBUG or a query capture: Django logs a server-bound statement's SQL as
+            # None, so take its own cursor (client-side binding) and log the full text.
+            cursor = connection.cursor()
+        else:
+            connection.ensure_connection()
+            with connection.wrap_database_errors:
+                raw = _server_cursor(connection)
+            # Django wraps a raw cursor as its own (CursorWrapper); a private method
+            # django-stubs does not declare.
+            cursor = connection._prepare_cursor(raw)  # type: ignore[attr-defined]
+        with cursor as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if fetch else cur.rowcount
+
+    def _time(self, value: Any) -> datetime:
+        if isinstance(value, datetime):
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
+        return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+    def _db_time(self, value: datetime) -> Any:
+        if self.vendor == "sqlite":
+            return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ")
+        return value
+
+    def _raw_sqlite(self) -> Any:
+        """Django's sqlite3 connection for the hot path, or None when Django must see
+        the statements (query logging: ``DEBUG`` or a query capture)."""
+        connection = connections[self.alias]
+        if connection.queries_logged:
+            return None
+        connection.ensure_connection()
+        return connection.connection
+
+    # -- encoding (encryption at rest hooks in here) -------------------------------------
+
+    def _seal(self, text: str) -> str:
+        return self.cipher.seal(text) if self.cipher is not None else text
+
+    def _open(self, text: str) -> str:
+        return self.cipher.open(text) if self.cipher is not None else open_without_key(text)
+
+    def _json_in(self, value: Any) -> str:
+        return self._seal(encode(value))
+
+    def _json_out(self, text: str | None) -> Any:
+        return None if text in (None, "") else json.loads(self._open(text))
+
+    def close(self) -> None:
+        connections[self.alias].close()
+
+
+_cursor_classes: dict[bool, Any] = {}
+_PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
+
+
+def _server_cursor(connection: Any) -> Any:
+    """A server-binding psycopg cursor on Django's connection, preparing by default."""
+    options = connection.settings_dict.get("OPTIONS") or {}
+    prepare = not ("prepare_threshold" in options and options["prepare_threshold"] is None)
+    cls = _cursor_classes.get(prepare)
+    if cls is None:
+        import psycopg
+
+        class PreparingCursor(psycopg.Cursor):
+            def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+                kwargs.setdefault("prepare", prepare)
+                return super().execute(query, params, **kwargs)
+
+        cls = _cursor_classes[prepare] = PreparingCursor
+    raw = connection.connection
+    if prepare and raw.prepare_threshold is None:
+        # Django turns psycopg's preparing off (prepare_threshold None), and then even
+        # prepare=True does nothing. A threshold no statement reaches prepares only
+        # what asks for it: these statements (Django's own cursors bind client-side
+        # and never prepare).
+        raw.prepare_threshold = _PREPARE_ONLY_WHEN_ASKED
+    return cls(raw)

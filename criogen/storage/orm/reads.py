@@ -1,0 +1,189 @@
+"""Checkpoint reads: a checkpoint's row, then its state built from the value rows it
+points at (one index range scan per key), in raw SQL; listing and deleting threads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from django.db import transaction
+
+from criogen.engine.checkpoints import (
+    Checkpoint,
+    CheckpointId,
+    RunId,
+    ThreadId,
+)
+from criogen.engine.errors import CheckpointNotFound
+from criogen.engine.store import (
+    AuditRecord,
+    ValueRow,
+    build_state,
+)
+from criogen.storage.orm.audit import OrmAudit
+
+__all__ = ["OrmReads"]
+
+_CHECKPOINT_COLUMNS = "id, version, run_id, source, status, parent_id, created_at, body"
+
+_HEADS_CHUNK = 100
+"""Threads per query in ``heads``: bound parameters stay well under SQLite's limit."""
+
+
+class OrmReads(OrmAudit):
+    """Reading checkpoints with their states, listing and deleting threads."""
+
+    def _bare(self, thread_id: str, row: Sequence[Any]) -> Checkpoint:
+        """A checkpoint row (``_CHECKPOINT_COLUMNS``) without its state."""
+        cid, version, run_id, source, status, parent_id, created_at, body = row
+        data = json.loads(self._open(body))
+        return Checkpoint(
+            id=CheckpointId(cid),
+            thread_id=ThreadId(thread_id),
+            run_id=RunId(run_id) if run_id else None,
+            version=version,
+            source=source,
+            status=status,
+            state={},
+            next=tuple(data["next"]),
+            interrupts=tuple(data["interrupts"]),
+            tasks=data["tasks"],
+            error=data["error"],
+            parent_id=CheckpointId(parent_id) if parent_id else None,
+            created_at=self._time(created_at),
+            metadata=data["metadata"],
+            value_versions=data["values"],
+            value_bases=data.get("bases", {}),
+        )
+
+    def _checkpoints(self, thread_id: str, rows: Iterable[Sequence[Any]]) -> list[Checkpoint]:
+        bare = [self._bare(thread_id, row) for row in rows]
+        if not bare:
+            return bare
+        values = self._values(bare).get(thread_id, {})
+        return [replace(cp, state=build_state(cp.value_versions, values)) for cp in bare]
+
+    def _values(
+        self, checkpoints: Sequence[Checkpoint]
+    ) -> dict[str, dict[tuple[str, int], ValueRow]]:
+        """The value rows the checkpoints' states are built from, by thread, in one query.
+
+        Each key of each thread is one index range scan on ``(thread, key, version)``:
+        from the start of the rows that build its value (``value_bases``) to its tip. A
+        range may also hold rows of another line of the thread (a fork); ``build_state``
+        follows the ``prev`` pointers and skips them.
+        """
+        ranges: dict[tuple[str, str], tuple[int, int]] = {}
+        for cp in checkpoints:
+            for key, version in cp.value_versions.items():
+                base = cp.value_bases.get(key, 0)
+                low, high = ranges.get((cp.thread_id, key), (base, version))
+                ranges[(cp.thread_id, key)] = (min(low, base), max(high, version))
+        if not ranges:
+            return {}
+        # Only placeholders are interpolated into the SQL text. The thread id is in each
+        # term so that every term is an index range of its own (SQLite's OR optimisation
+        # and PostgreSQL's BitmapOr both need that).
+        term = "(thread_id = %s AND state_key = %s AND version BETWEEN %s AND %s)"
+        sql = (
+            "SELECT thread_id, state_key, version, kind, data, prev FROM criogen_value"  # noqa: S608
+            " WHERE " + " OR ".join([term] * len(ranges))
+        )
+        params: list[Any] = []
+        for (thread_id, key), (low, high) in sorted(ranges.items()):
+            params += [thread_id, key, low, high]
+        out: dict[str, dict[tuple[str, int], ValueRow]] = {}
+        with self._cursor() as cur:
+            cur.execute(sql, params)
+            for thread_id, key, version, kind, data, prev in cur.fetchall():
+                out.setdefault(thread_id, {})[(key, version)] = ValueRow(
+                    kind, self._open(data), prev
+                )
+        return out
+
+    def heads(self, thread_ids: Sequence[str]) -> dict[str, Checkpoint]:
+        # Two queries per 100 threads (the head rows through the thread row's
+        # head_version, then every head's value rows), not two per thread: a page of
+        # search results needs twenty heads.
+        found: dict[str, Checkpoint] = {}
+        columns = ", ".join(f"c.{c}" for c in _CHECKPOINT_COLUMNS.split(", "))
+        for start in range(0, len(thread_ids), _HEADS_CHUNK):
+            chunk = list(thread_ids[start : start + _HEADS_CHUNK])
+            marks = ", ".join(["%s"] * len(chunk))
+            with self._cursor() as cur:
+                cur.execute(
+                    f"SELECT c.thread_id, {columns} FROM criogen_thread t"  # noqa: S608
+                    " JOIN criogen_checkpoint c ON c.thread_id = t.id"
+                    f" AND c.version = t.head_version WHERE t.id IN ({marks})",
+                    chunk,
+                )
+                bare = [self._bare(row[0], row[1:]) for row in cur.fetchall()]
+            values = self._values(bare)
+            for cp in bare:
+                state = build_state(cp.value_versions, values.get(cp.thread_id, {}))
+                found[cp.thread_id] = replace(cp, state=state)
+        return found
+
+    def head(self, thread_id: str) -> Checkpoint | None:
+        with self._cursor() as cur:
+            cur.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM criogen_checkpoint WHERE thread_id = %s"  # noqa: S608
+                " ORDER BY version DESC LIMIT 1",
+                [thread_id],
+            )
+            rows = cur.fetchall()
+        found = self._checkpoints(thread_id, rows)
+        return found[0] if found else None
+
+    def get_checkpoint(self, thread_id: str, checkpoint_id: str) -> Checkpoint:
+        with self._cursor() as cur:
+            cur.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM criogen_checkpoint"  # noqa: S608
+                " WHERE thread_id = %s AND id = %s",
+                [thread_id, str(checkpoint_id)],
+            )
+            rows = cur.fetchall()
+        found = self._checkpoints(thread_id, rows)
+        if not found:
+            raise CheckpointNotFound(
+                f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; "
+                "list them with history().",
+                thread_id=thread_id,
+                checkpoint_id=str(checkpoint_id),
+            )
+        return found[0]
+
+    def history(
+        self, thread_id: str, *, limit: int | None = None, before: int | None = None
+    ) -> list[Checkpoint]:
+        sql = f"SELECT {_CHECKPOINT_COLUMNS} FROM criogen_checkpoint WHERE thread_id = %s"  # noqa: S608
+        params: list[Any] = [thread_id]
+        if before is not None:
+            sql += " AND version < %s"
+            params.append(before)
+        sql += " ORDER BY version DESC"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(limit)
+        with self._cursor() as cur:
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+        return self._checkpoints(thread_id, rows)
+
+    def delete_thread(self, thread_id: str, *, audit: AuditRecord | None = None) -> bool:
+        from criogen.storage.models import Thread
+
+        with transaction.atomic(using=self.alias):
+            deleted, _ = Thread.objects.using(self.alias).filter(id=thread_id).delete()
+            if deleted and audit is not None:
+                self._insert_audit([audit])
+        return deleted > 0
+
+    def thread_ids(self, *, limit: int = 100, offset: int = 0) -> list[str]:
+        from criogen.storage.models import Thread
+
+        qs = Thread.objects.using(self.alias).order_by("-updated_at", "id")
+        return list(qs.values_list("id", flat=True)[offset : offset + limit])

@@ -1,0 +1,347 @@
+"""Checkpoint writes: the hot path, in raw SQL on Django's own connection.
+
+Each checkpoint write is one transaction: on PostgreSQL one statement (the head update
+and both inserts in data-modifying CTEs, so one round trip and one commit, prepared);
+on SQLite a short ``BEGIN IMMEDIATE`` transaction. A run's last write also gives its
+lease back (``write_and_release``). A write that carries a person's audit event commits
+the event with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import DatabaseError, IntegrityError, connections, transaction
+
+from criogen.engine.checkpoints import (
+    Checkpoint,
+    CheckpointWrite,
+)
+from criogen.engine.errors import LeaseLost, StorageError
+from criogen.engine.store import (
+    encode,
+    value_rows_for,
+)
+from criogen.storage.orm.audit import OrmAudit
+from criogen.storage.orm.base import _SqliteCursor
+
+__all__ = ["OrmWrites"]
+
+_RELEASE = ", lease_id = NULL, lease_expires = 0"
+"""Added to a run's last head update: the write gives the lease back itself."""
+_CP_INSERT = (
+    " cps AS (INSERT INTO criogen_checkpoint (id, thread_id, version, run_id, source, status,"
+    " parent_id, created_at, body)"
+)
+_VALUE_INSERT = "INSERT INTO criogen_value (thread_id, state_key, version, kind, prev, data)"
+_CP_ROW = (
+    "%s::varchar, %s::varchar, %s::int, %s::varchar, %s::varchar, %s::varchar, %s::varchar,"
+    " %s::timestamptz, %s::text"
+)
+_VALUE_ROW = "(%s::varchar, %s::varchar, %s::int, %s::varchar, %s::int, %s::text)"
+_SCALAR_VALUE_ROWS = 8
+"""Up to this many value rows, a one-checkpoint write binds scalars instead of arrays."""
+
+
+class OrmWrites(OrmAudit):
+    """Appending checkpoints and their value rows, and moving the head."""
+
+    def write(self, writes: Sequence[CheckpointWrite], *, lease_id: str | None) -> None:
+        self._write(writes, lease_id, release=False)
+
+    def write_and_release(self, writes: Sequence[CheckpointWrite], *, lease_id: str) -> None:
+        # The lease is cleared by the same UPDATE that moves the head: no separate
+        # statement, no separate commit. (A run writes one thread; a batch over several
+        # takes the generic path.)
+        if len({w.checkpoint.thread_id for w in writes}) != 1:
+            super().write_and_release(writes, lease_id=lease_id)
+            return
+        self._write(writes, lease_id, release=True)
+
+    def _write(
+        self, writes: Sequence[CheckpointWrite], lease_id: str | None, *, release: bool
+    ) -> None:
+        if not writes:
+            return
+        by_thread = _by_thread(writes)
+        release = release and lease_id is not None
+        audits = [w.audit for w in writes if w.audit is not None]
+        with self._write_errors(writes, "checkpoint write"):
+            if audits:
+                # A person's action: its audit event commits with its checkpoint.
+                with transaction.atomic(using=self.alias):
+                    self._write_groups(by_thread, lease_id, release)
+                    self._insert_audit(audits)
+                return
+            if self.vendor == "postgresql" and len(by_thread) == 1:
+                ((thread_id, group),) = by_thread.items()
+                if not self._write_pg(thread_id, group, lease_id, release):
+                    self._refused(thread_id, group[0].after, lease_id)
+                return
+            connection = connections[self.alias]
+            if (
+                self.vendor == "sqlite"
+                and not connection.in_atomic_block
+                and connection.get_autocommit()
+            ):
+                self._write_sqlite(by_thread, lease_id, release)
+                return
+            with transaction.atomic(using=self.alias):
+                self._write_groups(by_thread, lease_id, release)
+
+    def _write_sqlite(
+        self,
+        by_thread: dict[str, list[CheckpointWrite]],
+        lease_id: str | None,
+        release: bool,
+    ) -> None:
+        """One ``BEGIN IMMEDIATE … COMMIT`` on Django's SQLite connection (autocommit).
+
+        Django's ``atomic()`` costs more Python per write than the statements do (it
+        switches autocommit off and on and keeps savepoint state); outside an atomic
+        block the connection is in autocommit, so an explicit transaction on the same
+        cursor is all the write needs. ``IMMEDIATE`` takes the write lock up front, so
+        two writers queue on the busy timeout instead of failing at the first write.
+        """
+        refused: tuple[str, int] | None = None
+        connection = connections[self.alias]
+        raw = self._raw_sqlite()
+        with (
+            connection.wrap_database_errors,
+            _SqliteCursor(raw.cursor()) if raw is not None else self._cursor() as cur,
+        ):
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                for thread_id, group in by_thread.items():
+                    if not self._write_sql(thread_id, group, lease_id, release, cur):
+                        refused = (thread_id, group[0].after)
+                        break
+            except BaseException:
+                # SQLite rolls some failures back by itself: only end a live transaction.
+                if connection.connection.in_transaction:
+                    cur.execute("ROLLBACK")
+                raise
+            cur.execute("ROLLBACK" if refused else "COMMIT")
+        if refused is not None:
+            self._refused(*refused, lease_id)
+
+    def _write_groups(
+        self,
+        by_thread: dict[str, list[CheckpointWrite]],
+        lease_id: str | None,
+        release: bool = False,
+    ) -> None:
+        for thread_id, group in by_thread.items():
+            if not self._write_sql(thread_id, group, lease_id, release):
+                self._refused(thread_id, group[0].after, lease_id)
+
+    @contextmanager
+    def _write_errors(self, writes: Sequence[CheckpointWrite], what: str) -> Iterator[None]:
+        """Turn the database's refusals of a write into StorageError (nothing written)."""
+        thread_id = writes[0].checkpoint.thread_id if writes else None
+        try:
+            yield
+        except IntegrityError as exc:
+            raise StorageError(
+                f"thread {thread_id!r} already has a checkpoint with that version: "
+                "another write got there first.",
+                thread_id=thread_id,
+            ) from exc
+        except DatabaseError as exc:
+            connections[self.alias].close_if_unusable_or_obsolete()
+            raise StorageError(
+                f"the database refused the {what} ({exc}); nothing was written.",
+                thread_id=thread_id,
+            ) from exc
+
+    def _head_params(self, group: Sequence[CheckpointWrite]) -> list[Any]:
+        last = group[-1].checkpoint
+        return [
+            last.version,
+            last.id,
+            last.status,
+            self._db_time(last.created_at),
+        ]
+
+    def _checkpoint_rows(self, group: Sequence[CheckpointWrite]) -> list[list[Any]]:
+        return [
+            [
+                w.checkpoint.id,
+                w.checkpoint.thread_id,
+                w.checkpoint.version,
+                w.checkpoint.run_id,
+                w.checkpoint.source,
+                w.checkpoint.status,
+                w.checkpoint.parent_id,
+                self._db_time(w.checkpoint.created_at),
+                self._encode_body(w.checkpoint),
+            ]
+            for w in group
+        ]
+
+    def _value_rows(self, group: Sequence[CheckpointWrite]) -> list[list[Any]]:
+        return [
+            [w.checkpoint.thread_id, key, version, kind, prev, self._seal(data)]
+            for w in group
+            for key, version, kind, data, prev in value_rows_for(w)
+        ]
+
+    def _write_sql(
+        self,
+        thread_id: str,
+        group: Sequence[CheckpointWrite],
+        lease_id: str | None,
+        release: bool = False,
+        cursor: Any = None,
+    ) -> bool:
+        with contextlib.nullcontext(cursor) if cursor is not None else self._cursor() as cur:
+            cur.execute(
+                "UPDATE criogen_thread SET head_version = %s, head_id = %s, head_status = %s,"  # noqa: S608
+                f" updated_at = %s{_RELEASE if release else ''} WHERE id = %s"
+                " AND head_version = %s AND (lease_id = %s OR %s IS NULL)",
+                [*self._head_params(group), thread_id, group[0].after, lease_id, lease_id],
+            )
+            if cur.rowcount != 1:
+                return False
+            # One multi-row INSERT per table: executemany's per-row round trips through
+            # Django's wrapper cost more than building the VALUES list.
+            _insert_rows(
+                cur,
+                "INSERT INTO criogen_checkpoint (id, thread_id, version, run_id, source, status,"
+                " parent_id, created_at, body) VALUES ",
+                self._checkpoint_rows(group),
+            )
+            _insert_rows(
+                cur,
+                "INSERT INTO criogen_value (thread_id, state_key, version, kind, prev, data)"
+                " VALUES ",
+                self._value_rows(group),
+            )
+        return True
+
+    def _write_pg(
+        self,
+        thread_id: str,
+        group: Sequence[CheckpointWrite],
+        lease_id: str | None,
+        release: bool = False,
+    ) -> bool:
+        # One statement, so one round trip and (in autocommit) one commit. The inserts
+        # read from the UPDATE's RETURNING: when the head moved or the lease was lost
+        # the UPDATE matches nothing and nothing is inserted. Prepared (see _pg_run):
+        # the SQL text depends only on the batch's shape, so a run's statements reuse
+        # a handful of plans.
+        checkpoints = self._checkpoint_rows(group)
+        values = self._value_rows(group)
+        head = (
+            "WITH head AS (UPDATE criogen_thread SET head_version = %s, head_id = %s,"  # noqa: S608
+            f" head_status = %s, updated_at = %s{_RELEASE if release else ''}"
+            " WHERE id = %s AND head_version = %s"
+            " AND (lease_id = %s OR %s::varchar IS NULL) RETURNING id),"
+        )
+        params: list[Any] = [
+            *self._head_params(group),
+            thread_id,
+            group[0].after,
+            lease_id,
+            lease_id,
+        ]
+        if len(checkpoints) == 1 and len(values) <= _SCALAR_VALUE_ROWS:
+            # The usual single checkpoint: scalar parameters. Turning them into 15
+            # arrays cost more client CPU than the statement's execution.
+            sql = head + _CP_INSERT + f" SELECT {_CP_ROW} FROM head)"  # noqa: S608
+            params += checkpoints[0]
+            if values:
+                rows = ", ".join([_VALUE_ROW] * len(values))
+                sql += f", vals AS ({_VALUE_INSERT} SELECT v.* FROM head, (VALUES {rows}) AS v)"  # noqa: S608
+                for row in values:
+                    params += row
+        else:
+            cps = list(zip(*checkpoints, strict=True))
+            vals: list[Sequence[Any]] = list(zip(*values, strict=True)) if values else [[]] * 6
+            sql = (
+                head + _CP_INSERT + " SELECT c.* FROM head, unnest(%s::varchar[],"  # noqa: S608
+                " %s::varchar[], %s::int[], %s::varchar[], %s::varchar[], %s::varchar[],"
+                " %s::varchar[], %s::timestamptz[], %s::text[]) AS c),"
+                f" vals AS ({_VALUE_INSERT} SELECT v.* FROM head, unnest(%s::varchar[],"
+                " %s::varchar[], %s::int[], %s::varchar[], %s::int[], %s::text[]) AS v)"
+            )
+            params += [list(col) for col in cps]
+            params += [list(col) for col in vals]
+        rows = self._pg_run(sql + " SELECT count(*) FROM head", params, fetch=True)  # noqa: S608
+        return bool(rows[0][0])
+
+    def _refused(self, thread_id: str, after: int, lease_id: str | None) -> None:
+        """Raise the error that explains why a write matched no thread row."""
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT head_version, lease_id FROM criogen_thread WHERE id = %s", [thread_id]
+            )
+            row = cur.fetchone()
+        if lease_id is not None and (row is None or row[1] != lease_id):
+            raise LeaseLost(
+                f"run {lease_id} no longer holds thread {thread_id!r}; another run took it over.",
+                thread_id=thread_id,
+            )
+        if row is None:
+            raise StorageError(
+                f"thread {thread_id!r} does not exist: take its lease (acquire) before "
+                "writing to it.",
+                thread_id=thread_id,
+            )
+        head = row[0]
+        raise StorageError(
+            f"thread {thread_id!r} is at version {head}, not {after}: another write got "
+            "there first.",
+            thread_id=thread_id,
+        )
+
+    def _encode_body(self, cp: Checkpoint) -> str:
+        return self._seal(
+            encode(
+                {
+                    "next": list(cp.next),
+                    "interrupts": list(cp.interrupts),
+                    "tasks": cp.tasks,
+                    "error": cp.error,
+                    "metadata": cp.metadata,
+                    "values": cp.value_versions,
+                    "bases": cp.value_bases,
+                }
+            )
+        )
+
+
+_INSERT_CHUNK = 500
+"""Rows per multi-row INSERT: well under SQLite's 32,766 bound parameters."""
+
+
+def _insert_rows(cur: Any, head: str, rows: Sequence[Sequence[Any]]) -> None:
+    """``head`` followed by one ``VALUES`` tuple per row, in chunks of bounded size."""
+    for start in range(0, len(rows), _INSERT_CHUNK):
+        chunk = rows[start : start + _INSERT_CHUNK]
+        row = "(" + ", ".join(["%s"] * len(chunk[0])) + ")"
+        # Only placeholders are added to the SQL text.
+        cur.execute(head + ", ".join([row] * len(chunk)), [p for r in chunk for p in r])
+
+
+def _by_thread(writes: Sequence[CheckpointWrite]) -> dict[str, list[CheckpointWrite]]:
+    """The writes grouped by thread, each group checked to follow on without a gap."""
+    by_thread: dict[str, list[CheckpointWrite]] = {}
+    for w in writes:
+        group = by_thread.setdefault(w.checkpoint.thread_id, [])
+        # The SQL checks only the first write of a thread against its head; the
+        # rest must each follow the one before, or the head would skip versions.
+        expected = group[-1].checkpoint.version if group else w.after
+        if w.after != expected or w.checkpoint.version <= w.after:
+            raise StorageError(
+                f"thread {w.checkpoint.thread_id!r}: a write of version "
+                f"{w.checkpoint.version} expects version {w.after}, not {expected}; "
+                "nothing was written.",
+                thread_id=w.checkpoint.thread_id,
+            )
+        group.append(w)
+    return by_thread

@@ -14,7 +14,10 @@ named after the graph, that drives the LangGraph graph on the same thread id:
 - an interrupt whose value is a LangChain HITL request (``HumanInTheLoopMiddleware``)
   is a tool approval (:mod:`criogen.langgraph.hitl`): the suspension lists the calls
   with their arguments' digests, and the answer reaches LangGraph as the
-  ``{"decisions": [...]}`` response once checked.
+  ``{"decisions": [...]}`` response once checked;
+- any other interrupt declaring a ``response_schema`` that Criogen can check is a
+  typed suspension (``schema``): the dashboard shows a form, and an answer that does
+  not fit is refused by name before a run is made.
 
 The Criogen state of the thread is the LangGraph graph's values, as JSON (messages and
 other objects as their JSON form). LangGraph's own checkpoints, with every step and
@@ -28,6 +31,8 @@ import dataclasses
 import json
 from typing import Any
 
+from criogen.engine.answers import check_declaration
+from criogen.engine.errors import InvalidArgument
 from criogen.engine.workflows import END, START, NodeContext, Workflow, WorkflowThread, suspend
 from criogen.langgraph.hitl import (
     approval_calls,
@@ -36,7 +41,7 @@ from criogen.langgraph.hitl import (
     langgraph_response,
 )
 
-__all__ = ["INTERRUPT", "BridgeThread", "bridge_workflow", "jsonable"]
+__all__ = ["INTERRUPT", "BridgeThread", "answer_schema", "bridge_workflow", "jsonable"]
 
 _waiting: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "criogen_langgraph_waiting", default=False
@@ -152,12 +157,35 @@ def _answer(compiled: Any, ctx: NodeContext, alias: str | None) -> dict[str, Any
         resume = suspend(
             f"{node}: waiting for an answer",
             value,
+            schema=answer_schema(first),
             interrupt_id=first.id,
             langgraph_node=node,
             pending=len(waiting),
         )
     compiled.invoke(Command(resume=resume), config, **durability)
     return _values(compiled.get_state(config))
+
+
+def answer_schema(interrupt: Any) -> dict[str, Any] | None:
+    """The JSON Schema of the answer an ``interrupt(value, response_schema=...)``
+    expects, when Criogen can check it and the dashboard render it as a form (see
+    :mod:`criogen.engine.answers`); None otherwise (any JSON answer is taken, and
+    LangGraph checks it against its own type when it resumes)."""
+    schema = getattr(interrupt, "response_schema", None)
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        try:
+            from pydantic import TypeAdapter
+
+            schema = TypeAdapter(schema).json_schema()
+        except Exception:  # noqa: BLE001 - a type pydantic cannot describe: untyped
+            return None
+    try:
+        check_declaration(None, schema)
+    except InvalidArgument:
+        return None  # keywords Criogen does not check ($defs, anyOf…): untyped
+    return jsonable(schema)
 
 
 class BridgeThread(WorkflowThread):

@@ -13,9 +13,11 @@ import pytest
 from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.types import interrupt
+from pydantic import BaseModel, Field
 
 from criogen import Storage
-from criogen.engine.errors import RunFailed
+from criogen.engine.errors import InvalidArgument, RunFailed
 from criogen.langgraph import CriogenSaver
 from criogen.langgraph.graphs import LangGraphGraph, load_langgraph
 from tests.langgraph.agents.review import graph as review_graph
@@ -91,3 +93,56 @@ def test_a_failed_run_retried_goes_on_from_langgraphs_last_checkpoint(storage: S
         ("ai", "let me think"),
         ("ai", "42"),
     ]
+
+
+class Note(BaseModel):
+    text: str = Field(min_length=1)
+    stars: int = Field(ge=1, le=5)
+
+
+class Review(BaseModel):
+    note: Note  # a nested model: its JSON Schema uses $defs, which Criogen does not check
+
+
+class Rated(TypedDict):
+    note: dict[str, Any]
+
+
+def _asking(response_schema: Any) -> Any:
+    def ask(state: Rated) -> dict[str, Any]:
+        answer = interrupt({"question": "rate it"}, response_schema=response_schema)
+        return {"note": answer if isinstance(answer, dict) else answer.model_dump()}
+
+    builder = StateGraph(Rated)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", END)
+    return builder.compile()
+
+
+def test_an_interrupt_with_a_response_schema_is_a_typed_suspension(storage: Storage) -> None:
+    thread = _bridged("rate", _asking(Note), storage).thread(f"b-{uuid.uuid4()}")
+
+    waiting = thread.run({"note": {}})
+
+    [interrupt] = waiting.interrupts
+    assert interrupt["schema"]["required"] == ["text", "stars"]
+    assert interrupt["schema"]["properties"]["stars"]["maximum"] == 5
+    # Refused by name before any run, as LangGraph would refuse it when resuming.
+    with pytest.raises(InvalidArgument) as refused:
+        thread.check_answer({"text": "fine", "stars": 9})
+    assert refused.value.details["field"] == "command.resume.stars"
+    done = thread.resume({"text": "fine", "stars": 4})
+    assert done.status == "completed"
+    assert done.state["note"] == {"text": "fine", "stars": 4}
+
+
+def test_a_response_schema_criogen_cannot_check_leaves_the_answer_untyped(
+    storage: Storage,
+) -> None:
+    thread = _bridged("review", _asking(Review), storage).thread(f"b-{uuid.uuid4()}")
+
+    [interrupt] = thread.run({"note": {}}).interrupts
+
+    assert "schema" not in interrupt
+    thread.check_answer({"anything": True})

@@ -19,16 +19,18 @@ from tests.dashboard import live_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-AGENT = Path(__file__).parent / "agents" / "support.py"
+AGENTS = Path(__file__).parent / "agents"
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
     """The dashboard with the agent registered (from a langgraph.json) as
-    ``lc_refunds`` (approve, edit, reject) and ``lc_refunds_strict`` (approve, reject)."""
+    ``lc_refunds`` (approve, edit, reject) and ``lc_refunds_strict`` (approve, reject),
+    and ``lc_rate``, a graph whose interrupt declares a ``response_schema``."""
     tmp = tmp_path_factory.mktemp("lc-dashboard")
     (tmp / "agents").mkdir()
-    shutil.copy(AGENT, tmp / "agents" / "support.py")
+    for name in ("support.py", "rate.py"):
+        shutil.copy(AGENTS / name, tmp / "agents" / name)
     config = tmp / "langgraph.json"
     config.write_text(
         json.dumps(
@@ -36,6 +38,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path
                 "graphs": {
                     "lc_refunds": "./agents/support.py:graph",
                     "lc_refunds_strict": "./agents/support.py:strict_graph",
+                    "lc_rate": "./agents/rate.py:graph",
                 }
             }
         )
@@ -69,14 +72,15 @@ def chromium() -> Iterator[Any]:
         browser.close()
 
 
-def _start(server: Any, graph_id: str, text: str) -> str:
+def _start(server: Any, graph_id: str, text: str, values: Any = None) -> str:
     """A run of ``graph_id`` on a new thread; the thread id once it waits."""
     thread_id = f"lc-{uuid.uuid4().hex[:10]}"
     message = {"type": "human", "content": text, "id": "h1"}
 
     def go(client: Any) -> None:
         client.threads.create(thread_id=thread_id)
-        run = client.runs.create(thread_id, graph_id, input={"messages": [message]})
+        start = values if values is not None else {"messages": [message]}
+        run = client.runs.create(thread_id, graph_id, input=start)
         client.runs.join(thread_id, run["run_id"])
 
     server.call(go)
@@ -152,3 +156,29 @@ def test_an_operator_edits_the_arguments_before_the_tool_runs(
     assert _refunds(ledger)[before:] == [{"tool": "issue_refund", "order_id": 12, "amount": 25}]
     state = server.call(lambda c: c.threads.get_state(tid))
     assert state["values"]["messages"][-1]["content"].endswith("refunded 25 EUR on order 12")
+
+
+def test_an_interrupts_response_schema_is_answered_with_a_form(
+    served: tuple[Any, Path], chromium: Any
+) -> None:
+    server, _ = served
+    tid = _start(server, "lc_rate", "", {"topic": "kelp", "note": {}})
+    page = _open(chromium, server, tid)
+    try:
+        form = page.locator("#actions form.typed")
+        form.locator("[name='answer.text']").fill("salty")
+        form.locator("[name='answer.stars']").fill("9")
+        form.locator("button[name=resume]").click()
+        # Refused by name next to the field; the thread still waits.
+        expect(
+            page.locator("#actions [data-field-name='answer.stars'] .field-error")
+        ).to_be_visible()
+        page.locator("#actions form.typed [name='answer.stars']").fill("4")
+        page.locator("#actions form.typed button[name=resume]").click()
+        expect(page.locator("#thread-header [data-status]")).to_have_attribute(
+            "data-status", "completed"
+        )
+    finally:
+        page.context.close()
+    state = server.call(lambda c: c.threads.get_state(tid))
+    assert state["values"]["note"] == {"text": "salty", "stars": 4}

@@ -13,7 +13,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -22,7 +22,7 @@ from langgraph.types import Command
 
 from criogen import Storage
 from criogen.engine.agents import args_digest
-from criogen.engine.errors import InvalidArgument, StaleDecision
+from criogen.engine.errors import InvalidArgument, RunFailed, StaleDecision
 from criogen.langgraph import CriogenSaver
 from criogen.langgraph.bridge import jsonable
 from criogen.langgraph.graphs import LangGraphGraph, load_langgraph
@@ -128,6 +128,39 @@ def test_a_hitl_interrupt_is_a_tool_approval_bound_to_the_call(
     [audited] = [a for a in thread.audit() if a.action == "resume"]
     assert audited.actor == "alice"
     assert audited.details["value"]["decisions"][0]["type"] == "approve"
+
+
+class FailsAfterTheRefund(support.SupportModel):
+    """The support model, failing once when it is asked to reply after the refund (a
+    crash after the approved tool ran and its step was checkpointed)."""
+
+    failures: ClassVar[list[str]] = []
+
+    def _generate(self, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
+        if getattr(messages[-1], "name", None) == "issue_refund" and not self.failures:
+            self.failures.append("the model timed out")
+            raise RuntimeError("the model timed out")
+        return super()._generate(messages, *args, **kwargs)
+
+
+def test_a_resume_that_fails_after_the_tool_goes_on_without_running_it_again(
+    storage: Storage, ledger: Path
+) -> None:
+    FailsAfterTheRefund.failures.clear()
+    graph = support.build(["approve", "edit", "reject"], FailsAfterTheRefund())
+    thread = _bridged(graph, storage).thread(f"h-{uuid.uuid4()}")
+    thread.run(_ask())
+
+    with pytest.raises(RunFailed, match="the model timed out"):
+        thread.resume({"decisions": [{"type": "approve"}]})
+    done = thread.retry()
+
+    assert done.status == "completed"
+    assert done.state["messages"][-1]["content"] == "done: refunded 10 EUR on order 42"
+    # The approved refund ran once: the retry went on from LangGraph's checkpoint
+    # after the tools step, without asking again or running the tool twice.
+    assert _refunds(ledger) == [{"tool": "issue_refund", "order_id": 42, "amount": 10}]
+    assert [m["type"] for m in done.state["messages"]].count("tool") == 2
 
 
 def test_a_strict_tool_refuses_an_edit_by_name(storage: Storage, ledger: Path) -> None:

@@ -101,10 +101,11 @@ class SupportModel(FakeMessagesListChatModel):
         return "support-fake"
 
 
-def build(allowed: list[str]) -> Any:
-    """The agent, with ``allowed`` decisions on ``issue_refund``."""
+def build(allowed: list[str], model: Any = None) -> Any:
+    """The agent, with ``allowed`` decisions on ``issue_refund`` (``model``: another
+    chat model than :class:`SupportModel`)."""
     return create_agent(
-        SupportModel(),
+        model or SupportModel(),
         [lookup_order, issue_refund],
         system_prompt="You are a support agent.",
         middleware=[

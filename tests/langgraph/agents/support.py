@@ -8,7 +8,8 @@ and tool call ids are derived from the conversation, so two runs of the same inp
 give the same state.
 
 Each tool appends a JSON line to the file named by ``SUPPORT_LEDGER`` when it runs:
-the tests count real executions there.
+the tests count real executions there. With ``SUPPORT_SLOW_AFTER_REFUND`` (seconds)
+the model takes that long to reply after a refund, and says so in the ledger first.
 
 ``graph`` lets a person approve, edit or reject a refund; ``strict_graph`` only
 approve or reject it.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from typing import Any
 
 from langchain.agents import create_agent
@@ -69,6 +71,16 @@ class SupportModel(FakeMessagesListChatModel):
 
     @staticmethod
     def reply(messages: list[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        slow = os.environ.get("SUPPORT_SLOW_AFTER_REFUND")
+        if slow and isinstance(last, ToolMessage) and last.name == "issue_refund":
+            # A slow model call after the refund: the crash tests kill the worker here.
+            _record({"tool": "model", "after": "issue_refund"})
+            time.sleep(float(slow))
+        return SupportModel._reply(messages)
+
+    @staticmethod
+    def _reply(messages: list[BaseMessage]) -> AIMessage:
         humans = [m for m in messages if isinstance(m, HumanMessage)]
         turn = len(humans)
         numbers = [int(n) for n in re.findall(r"\d+", str(humans[-1].content))] + [0, 0]

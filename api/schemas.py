@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 JsonObject = dict[str, Any]
 
@@ -145,12 +145,19 @@ class PruneOut(Schema):
     pruned_count: int | None = None
 
 
-class InterruptOut(Schema):
+class InterruptOut(BaseModel):
     """A pending interrupt: ``value`` is what the graph asked (an HITLRequest for an
-    agent's approval); ``reason`` and ``node`` are Criogen's."""
+    agent's approval); ``reason``, ``node``, ``calls`` (each pending tool call with the
+    ``digest`` an answer may bind to) and any other field of the suspension are
+    Criogen's, passed through.
+
+    A plain pydantic model, not a ninja ``Schema``: a ``Schema`` reads its input
+    through attribute access and drops the fields it does not declare."""
 
     id: str
     value: Any = None
+    node: str | None = None
+    reason: str | None = None
 
     model_config = ConfigDict(extra="allow")
 

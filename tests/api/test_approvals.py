@@ -40,6 +40,24 @@ async def test_an_approval_is_an_hitl_request(client: Any) -> None:
     assert next(iter(thread["interrupts"].values()))[0]["value"] == request
 
 
+async def test_a_threads_and_a_states_interrupts_keep_criogens_fields(client: Any) -> None:
+    """The thread, its state and its history carry the same interrupt as the run's
+    ``__interrupt__``: ``reason``, ``node`` and each pending call with its digest."""
+    tid, interrupt = await suspended_thread(client)
+    (call,) = interrupt["calls"]
+    assert call["name"] == "issue_refund" and call["digest"]
+    thread = await client.threads.get(tid)
+    (from_thread,) = next(iter(thread["interrupts"].values()))
+    state = await client.threads.get_state(tid)
+    (from_state,) = state["interrupts"]
+    (task,) = state["tasks"]
+    (from_task,) = task["interrupts"]
+    (latest, *_) = await client.threads.get_history(tid, limit=1)
+    (from_history,) = latest["interrupts"]
+    for seen in (from_thread, from_state, from_task, from_history):
+        assert seen == interrupt
+
+
 async def test_an_hitl_response_approves_and_the_tool_runs(server: Server, client: Any) -> None:
     tid, _ = await suspended_thread(client)
     final = await client.runs.wait(

@@ -58,6 +58,7 @@ test: install install-ts check ## Run the whole test suite (SQLite, PostgreSQL, 
 
 reliability: install ## Run the full reliability suite (crashes, races, bad input) and print its figures
 	CRIOGEN_RELIABILITY_FULL=1 $(BIN)/pytest -p no:randomly tests/reliability
+	CRIOGEN_RELIABILITY_FULL=1 $(BIN)/pytest -p no:randomly -m reliability tests --ignore=tests/reliability
 
 bench: install ## Run the benchmarks and print their figures
 	mkdir -p bench/results

@@ -37,6 +37,26 @@ import pytest
 from criogen import Storage
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+RELIABILITY_FULL = os.environ.get("CRIOGEN_RELIABILITY_FULL", "") == "1"
+"""``make reliability``: the long tests run too."""
+RELIABILITY_DIR = Path(__file__).parent / "reliability"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test outside tests/reliability marked ``reliability`` repeats, longer or under
+    other settings, what a faster test of ``make test`` already shows: it runs under
+    ``make reliability`` (``CRIOGEN_RELIABILITY_FULL=1``) only. (Inside tests/reliability
+    the marker is on every test, and a fast subset of each runs in ``make test``.)"""
+    if RELIABILITY_FULL:
+        return
+    skip = pytest.mark.skip(reason="a longer repeat: make reliability runs it")
+    for item in items:
+        if item.get_closest_marker("reliability") is None:
+            continue
+        if RELIABILITY_DIR in Path(str(item.fspath)).parents:
+            continue
+        item.add_marker(skip)
+
 
 try:
     from playwright.sync_api import expect as _expect

@@ -17,6 +17,7 @@ the test graphs, the in-process runner, audit on). ``tests.api.conftest`` and
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -218,6 +219,98 @@ def launch(
         time.sleep(0.1)
 
 
+_template: dict[str, Any] = {}
+"""The session's migrated SQLite database with the cast: ``path`` and ``tokens``."""
+
+
+def _sqlite_path(database_url: str) -> Path | None:
+    """The file of a ``sqlite://`` URL, or None for another database."""
+    if not database_url.startswith("sqlite://"):
+        return None
+    return Path(database_url.removeprefix("sqlite://"))
+
+
+_ready: dict[str, dict[str, str]] = {}
+"""PostgreSQL databases made from the session's template: URL -> the cast's tokens."""
+
+_PG_TEMPLATE = f"criogen_template_{os.getpid()}"
+
+
+def fresh_postgres(prefix: str = "criogen_srv") -> Any:
+    """A context manager: a new PostgreSQL database (its URL) already migrated and with
+    the cast — a copy (``CREATE DATABASE … TEMPLATE``) of a template this session sets
+    up once — dropped afterwards. :func:`start` on it skips the set-up. For servers
+    that need a database of their own (they kill its connections, count its rows, or
+    must not meet other servers' rows)."""
+    from contextlib import contextmanager
+
+    import psycopg
+
+    from tests.conftest import PG_HOST, START_POSTGRES, need_service, postgres_available
+
+    admin = f"host={PG_HOST} user=postgres dbname=test"
+
+    @contextmanager
+    def made() -> Any:
+        need_service("PostgreSQL", postgres_available(), START_POSTGRES)
+        if "pg" not in _template:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{_PG_TEMPLATE}"')
+                conn.execute(f'CREATE DATABASE "{_PG_TEMPLATE}"')
+            url = f"postgres://postgres@{PG_HOST}:5432/{_PG_TEMPLATE}"
+            out = manage(server_env(url, API_ENV), "shell", "-c", setup_script())
+            _template["pg"] = json.loads(out.split("TOKENS=", 1)[1].strip())
+            atexit.register(_drop, _PG_TEMPLATE)
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{_PG_TEMPLATE}"')
+        url = f"postgres://postgres@{PG_HOST}:5432/{name}"
+        _ready[url] = dict(_template["pg"])
+        try:
+            yield url
+        finally:
+            _ready.pop(url, None)
+            _drop(name)
+
+    return made()
+
+
+def _drop(name: str) -> None:
+    import psycopg
+
+    from tests.conftest import PG_HOST
+
+    with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _from_template(database_url: str) -> dict[str, str] | None:
+    """A new SQLite file for ``database_url`` copied from the session's template (one
+    ``migrate`` and one cast for every SQLite server of the session, instead of one
+    each); its tokens. None when the URL is not a new SQLite file."""
+    import shutil
+    import sqlite3
+    import tempfile
+
+    target = _sqlite_path(database_url)
+    if target is None or target.exists():
+        return None
+    if not _template:
+        folder = tempfile.mkdtemp(prefix="criogen-template-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        path = Path(folder) / "template.db"
+        out = manage(server_env(f"sqlite://{path}", API_ENV), "shell", "-c", setup_script())
+        _template.update(path=path, tokens=json.loads(out.split("TOKENS=", 1)[1].strip()))
+    # SQLite's own copy: consistent even if the template's writer left a WAL behind.
+    source, copy = sqlite3.connect(_template["path"]), sqlite3.connect(target)
+    try:
+        source.backup(copy)
+    finally:
+        source.close()
+        copy.close()
+    return dict(_template["tokens"])
+
+
 def start(
     database_url: str,
     tmp: Path,
@@ -229,10 +322,19 @@ def start(
     collectstatic: bool = False,
     **settings: str,
 ) -> Any:
-    """Migrate ``database_url``, create the cast, start the server; a ``kind``."""
+    """Migrate ``database_url``, create the cast, start the server; a ``kind``.
+
+    A new SQLite file is a copy of the session's template (migrated once, with the
+    cast); another database is migrated and given the cast by ``manage.py shell``."""
     env = server_env(database_url, preset, **settings)
-    out = manage(env, "shell", "-c", setup_script(collectstatic=collectstatic))
-    tokens = json.loads(out.split("TOKENS=", 1)[1].strip())
+    tokens = None
+    if not collectstatic and not any("ENCRYPTION" in name for name in settings):
+        # A database the session's template made (migrated, with the cast): no set-up.
+        # With an encryption key the migrations run again under it, as a server does.
+        tokens = _ready.get(database_url) or _from_template(database_url)
+    if tokens is None:
+        out = manage(env, "shell", "-c", setup_script(collectstatic=collectstatic))
+        tokens = json.loads(out.split("TOKENS=", 1)[1].strip())
     process, url, log = launch(env, tmp, asgi_server=asgi_server, ready=ready)
     return kind(url, tokens, database_url, process, log, env)
 

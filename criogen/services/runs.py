@@ -654,6 +654,10 @@ def retry_thread(
     StaleHead when ``expected`` is given and the head moved on."""
     assistant = _thread_assistant(thread_id)
     thread = Thread.objects.get(pk=thread_id)
+    if expected is not None and thread.head_id != expected:
+        # The head the caller saw moved on (a second click once the first retry has
+        # run): StaleHead names who moved it, before "nothing to retry" would.
+        check_expected(thread_id, storage().head(thread_id), expected)
     busy = Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).exists()
     if not busy and thread.head_status not in ("failed", "in_progress"):
         raise NothingToRetry(

@@ -188,7 +188,17 @@ def steps_of(cluster: Cluster, thread_id: str) -> dict[str, Any]:
     return head.state
 
 
-@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+@pytest.mark.parametrize(
+    "durability",
+    [
+        "sync",
+        # The same recovery under the other durabilities (async: by beat's reaper; exit:
+        # started over): ~25 s each, so `make reliability` runs them, next to the killed
+        # workers of tests/reliability/test_celery_crashes.py.
+        pytest.param("async", marks=pytest.mark.reliability),
+        pytest.param("exit", marks=pytest.mark.reliability),
+    ],
+)
 def test_a_run_whose_worker_is_killed_is_picked_up_again_and_completes(
     cluster: Cluster, durability: str
 ) -> None:

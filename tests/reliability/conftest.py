@@ -108,10 +108,11 @@ def _spread(samples: list[float]) -> str:
 
 
 def _fresh_database(prefix: str) -> Any:
-    """A PostgreSQL database of its own (URL), dropped afterwards."""
-    from tests.conftest import fresh_postgres_database
+    """A PostgreSQL database of its own (URL), dropped afterwards: a copy of the
+    session's migrated template with the cast (``tests.servers.fresh_postgres``)."""
+    from tests.servers import fresh_postgres
 
-    return fresh_postgres_database(prefix)
+    return fresh_postgres(prefix)
 
 
 @pytest.fixture(scope="session")

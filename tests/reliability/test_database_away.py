@@ -34,14 +34,12 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def own_database(postgres_url: str) -> Iterator[str]:
+def own_database() -> Iterator[str]:
     """A database of its own: killing every connection to it touches no other test."""
-    name = f"criogen_away_{uuid.uuid4().hex[:8]}"
-    with pg(postgres_url) as db:
-        db.execute(f'CREATE DATABASE "{name}"')
-    yield postgres_url.rsplit("/", 1)[0] + "/" + name
-    with pg(postgres_url) as db:
-        db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    from tests.servers import fresh_postgres
+
+    with fresh_postgres("criogen_away") as url:
+        yield url
 
 
 @pytest.fixture(params=["0", "60"], ids=["conn-per-request", "persistent-conn"])

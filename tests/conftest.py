@@ -75,6 +75,24 @@ START_REDIS = (
 )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing() -> Iterator[None]:
+    """In-process tests hash passwords with a fast hasher: each persona, user and login
+    of a test would otherwise spend a PBKDF2 (hundreds of ms, seconds on a loaded
+    machine) on what no test measures. Live servers keep the project's hashers."""
+    from django.conf import settings
+    from django.contrib.auth import hashers
+
+    saved = settings.PASSWORD_HASHERS
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher", *saved]
+    hashers.get_hashers.cache_clear()
+    hashers.get_hashers_by_algorithm.cache_clear()
+    yield
+    settings.PASSWORD_HASHERS = saved
+    hashers.get_hashers.cache_clear()
+    hashers.get_hashers_by_algorithm.cache_clear()
+
+
 def need_service(name: str, available: bool, start: str) -> None:
     """Fail (in CI) or skip (elsewhere) when a service the test needs is down."""
     if available:

@@ -105,16 +105,19 @@ def setup_script(*, migrate: bool = True, collectstatic: bool = False) -> str:
             else ""
         )
         + "from django.contrib.auth import get_user_model\n"
+        "from django.contrib.auth.hashers import make_password\n"
         "from django.contrib.auth.models import Permission\n"
         "from criogen.storage.models import ApiToken\n"
         'operate = Permission.objects.get(codename="operate", content_type__app_label="criogen")\n'
         "tokens = {}\n"
+        # One hash for the whole cast (one password): each costs a PBKDF2.
+        f"hashed = make_password({PASSWORD!r})\n"
         f"for name, operator, staff, superuser in {cast!r}:\n"
         # The session's PostgreSQL database is shared by several servers: each sets the
         # same persona the same way (one cast, one password).
         "    user, _ = get_user_model().objects.get_or_create(username=name)\n"
         "    user.is_staff, user.is_superuser = staff, superuser\n"
-        f"    user.set_password({PASSWORD!r})\n"
+        "    user.password = hashed\n"
         "    user.save()\n"
         "    if operator:\n"
         "        user.user_permissions.add(operate)\n"

@@ -15,35 +15,51 @@ import pytest
 from tests import servers
 from tests.dashboard import live_server
 
+PRODUCTION = {
+    "DEBUG": "false",
+    "SECRET_KEY": "static-files-test-" + "k" * 40,
+    "ALLOWED_HOSTS": "127.0.0.1",
+    "SECURE_SSL_REDIRECT": "false",
+    "SESSION_COOKIE_SECURE": "false",
+    "CSRF_COOKIE_SECURE": "false",
+}
+"""docs/deployment.md's settings, on plain HTTP on loopback (so the HTTPS redirect and
+secure-only cookies are off)."""
+PRESET = {"DJANGO_SETTINGS_MODULE": "criogen.settings"}
 
-def start_production(asgi_server: str, tmp: Path) -> servers.DashboardServer:
+
+@pytest.fixture(scope="module")
+def static_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``collectstatic`` once, with the production settings, for both servers."""
+    tmp = tmp_path_factory.mktemp("static")
+    root = tmp / "static"
+    env = servers.server_env(
+        f"sqlite://{tmp / 'unused.db'}", PRESET, **PRODUCTION, STATIC_ROOT=str(root)
+    )
+    servers.manage(env, "collectstatic", "--noinput")
+    return root
+
+
+def start_production(asgi_server: str, tmp: Path, static_root: Path) -> servers.DashboardServer:
     """Criogen as docs/deployment.md deploys it: DEBUG off, a secret key, the allowed
-    host, ``collectstatic``, then the ASGI server alone (no runserver, no proxy).
-
-    Plain HTTP on loopback, so the HTTPS redirect and secure-only cookies are off.
-    """
+    host, ``collectstatic`` (``static_root``), then the ASGI server alone (no
+    runserver, no proxy)."""
     return servers.start(  # type: ignore[no-any-return]
         f"sqlite://{tmp / 'production.db'}",
         tmp,
-        preset={"DJANGO_SETTINGS_MODULE": "criogen.settings"},
+        preset=PRESET,
         asgi_server=asgi_server,
         kind=servers.DashboardServer,
-        collectstatic=True,
-        DEBUG="false",
-        SECRET_KEY="static-files-test-" + "k" * 40,
-        ALLOWED_HOSTS="127.0.0.1",
-        SECURE_SSL_REDIRECT="false",
-        SESSION_COOKIE_SECURE="false",
-        CSRF_COOKIE_SECURE="false",
-        STATIC_ROOT=str(tmp / "static"),
+        **PRODUCTION,
+        STATIC_ROOT=str(static_root),
     )
 
 
 @pytest.fixture(scope="module", params=["daphne", "uvicorn"])
 def production(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, static_root: Path
 ) -> Iterator[servers.DashboardServer]:
-    server = start_production(request.param, tmp_path_factory.mktemp(request.param))
+    server = start_production(request.param, tmp_path_factory.mktemp(request.param), static_root)
     yield server
     live_server.stop(server)
 

@@ -298,7 +298,7 @@ def _from_template(database_url: str) -> dict[str, str] | None:
     target = _sqlite_path(database_url)
     if target is None or target.exists():
         return None
-    if not _template:
+    if "path" not in _template:
         folder = tempfile.mkdtemp(prefix="criogen-template-")
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         path = Path(folder) / "template.db"

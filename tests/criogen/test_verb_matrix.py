@@ -519,7 +519,7 @@ def test_update_state(door: str, kind: str, doors: Doors, waiting_agent: Any) ->
 @pytest.mark.parametrize("door", ["python", "api"])
 def test_cancel_a_run(door: str, doors: Doors) -> None:
     tid = _completed_thread().pk
-    run = runs.create_run(thread_id=tid, assistant_id="steps", input={"sleep": 5})
+    run = runs.create_run(thread_id=tid, assistant_id="steps", input={"sleep": 2})
     before = Tally.now()
 
     def call() -> Any:

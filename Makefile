@@ -70,6 +70,7 @@ test: install install-ts install-a11y check ## Run the whole test suite (SQLite,
 
 reliability: install ## Run the full reliability suite (crashes, races, bad input) and print its figures
 	CRIOGEN_RELIABILITY_FULL=1 $(BIN)/pytest -p no:randomly tests/reliability
+	CRIOGEN_RELIABILITY_FULL=1 $(BIN)/pytest -p no:randomly -m reliability tests --ignore=tests/reliability
 
 bench: install ## Run the benchmarks and print their figures
 	mkdir -p bench/results

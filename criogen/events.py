@@ -160,7 +160,10 @@ class _Publisher:
                     await asyncio.wait_for(asyncio.wrap_future(sent), self.SEND_TIMEOUT)
                 else:
                     await asyncio.wait_for(layer.group_send(group, event), self.SEND_TIMEOUT)
-            except Exception:
+            except (Exception, asyncio.CancelledError):
+                # CancelledError is no Exception: the loop the send was handed to ended
+                # (a request's own loop); uncaught, it would end this thread and with it
+                # every later live event of the process.
                 logger.warning("could not send %s to %s", event.get("type"), group, exc_info=True)
             finally:
                 with self._idle:

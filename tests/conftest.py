@@ -1,4 +1,20 @@
-"""Shared fixtures.
+"""Shared fixtures: the services, the databases, and the one cast of personas.
+
+The cast (:data:`CAST`), shared by the API, dashboard and reliability suites: the same
+people in the test database (the fixtures below) and on every live server
+(``tests.servers`` creates them all, with :data:`PASSWORD` and an API token each).
+
+==========  ==========  ==============================================================
+name        role        what they may do
+==========  ==========  ==============================================================
+alice       owner       a regular user: sees and answers only her own threads
+bob         owner       another regular user: must never see alice's threads
+olga        operator    ``criogen.operate`` (not staff): sees and acts on every thread
+oscar       operator    a second operator (races with olga)
+vera        viewer      signed in to the dashboard; looks at her own threads, cannot act
+sam         stranger    another plain user; must never see vera's threads
+ada         admin       staff and superuser: the Django admin, and an operator too
+==========  ==========  ==============================================================
 
 Services: PostgreSQL on 127.0.0.1:5432 (database ``test``, user ``postgres``) and
 Redis on 127.0.0.1:6379. Outside CI a test that needs a missing service is skipped
@@ -11,13 +27,36 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from criogen import Storage
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+RELIABILITY_FULL = os.environ.get("CRIOGEN_RELIABILITY_FULL", "") == "1"
+"""``make reliability``: the long tests run too."""
+RELIABILITY_DIR = Path(__file__).parent / "reliability"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test outside tests/reliability marked ``reliability`` repeats, longer or under
+    other settings, what a faster test of ``make test`` already shows: it runs under
+    ``make reliability`` (``CRIOGEN_RELIABILITY_FULL=1``) only. (Inside tests/reliability
+    the marker is on every test, and a fast subset of each runs in ``make test``.)"""
+    if RELIABILITY_FULL:
+        return
+    skip = pytest.mark.skip(reason="a longer repeat: make reliability runs it")
+    for item in items:
+        if item.get_closest_marker("reliability") is None:
+            continue
+        if RELIABILITY_DIR in Path(str(item.fspath)).parents:
+            continue
+        item.add_marker(skip)
+
 
 try:
     from playwright.sync_api import expect as _expect
@@ -34,6 +73,24 @@ START_REDIS = (
     'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" '
     "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log"
 )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing() -> Iterator[None]:
+    """In-process tests hash passwords with a fast hasher: each persona, user and login
+    of a test would otherwise spend a PBKDF2 (hundreds of ms, seconds on a loaded
+    machine) on what no test measures. Live servers keep the project's hashers."""
+    from django.conf import settings
+    from django.contrib.auth import hashers
+
+    saved = settings.PASSWORD_HASHERS
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher", *saved]
+    hashers.get_hashers.cache_clear()
+    hashers.get_hashers_by_algorithm.cache_clear()
+    yield
+    settings.PASSWORD_HASHERS = saved
+    hashers.get_hashers.cache_clear()
+    hashers.get_hashers_by_algorithm.cache_clear()
 
 
 def need_service(name: str, available: bool, start: str) -> None:
@@ -73,6 +130,40 @@ def postgres_url() -> Iterator[str]:
             connections[alias].close()
     with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def fresh_postgres_database(prefix: str = "criogen_own") -> Iterator[str]:
+    """A PostgreSQL database of its own (its URL), dropped afterwards with the Django
+    connections to it closed. For tests that migrate backwards, kill connections, or
+    must not meet other servers' rows or keys."""
+    need_service("PostgreSQL", postgres_available(), START_POSTGRES)
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgres://postgres@{PG_HOST}:5432/{name}"
+    finally:
+        from django.db import connections
+
+        for alias in list(connections.settings):
+            if connections.settings[alias].get("NAME") == name:
+                connections[alias].close()
+        with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def own_database_url(backend: str, tmp_path: Path, prefix: str = "criogen_own") -> Iterator[str]:
+    """A database of the caller's own on ``backend`` (``sqlite``: a new file under
+    ``tmp_path``; ``postgres``: :func:`fresh_postgres_database`)."""
+    if backend == "sqlite":
+        yield f"sqlite://{tmp_path / 'own.db'}"
+        return
+    with fresh_postgres_database(prefix) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -132,3 +223,120 @@ def celery_worker_argv(
         *("-Q", queue, "-n", f"{name}@%h", "--loglevel", loglevel),
         *("--without-heartbeat", "--without-mingle", "--without-gossip"),
     ]
+
+
+# -- the cast of personas ------------------------------------------------------------------
+
+PASSWORD = "correct horse battery staple"  # noqa: S105 - the test personas' one password
+
+
+@dataclass(frozen=True)
+class Persona:
+    """One person of the cast: a user name and a role."""
+
+    name: str
+    role: str
+    operator: bool = False
+    """Holds ``criogen.operate``: sees and acts on every thread."""
+    staff: bool = False
+    superuser: bool = False
+
+
+CAST: tuple[Persona, ...] = (
+    Persona("alice", "owner"),
+    Persona("bob", "owner"),
+    Persona("olga", "operator", operator=True),
+    Persona("oscar", "operator", operator=True),
+    Persona("vera", "viewer"),
+    Persona("sam", "stranger"),
+    Persona("ada", "admin", staff=True, superuser=True),
+)
+"""Everyone the suites act as (see the table at the top of this module)."""
+
+PERSONAS: dict[str, Persona] = {p.name: p for p in CAST}
+
+
+def make_persona(name: str) -> Any:
+    """The user ``name`` of the cast in the current test database (created, or set
+    back to its role if a test changed it), with :data:`PASSWORD`."""
+    from django.contrib.auth.models import Permission, User
+
+    persona = PERSONAS[name]
+    user, _ = User.objects.get_or_create(username=name)
+    user.is_staff, user.is_superuser, user.is_active = persona.staff, persona.superuser, True
+    user.set_password(PASSWORD)
+    user.save()
+    if persona.operator:
+        user.user_permissions.add(
+            Permission.objects.get(codename="operate", content_type__app_label="criogen")
+        )
+    return user
+
+
+@pytest.fixture
+def persona(db: None) -> Any:
+    """``persona("olga")``: that person of the cast, in the test database."""
+    return make_persona
+
+
+@pytest.fixture
+def operator(persona: Any) -> Any:
+    """Olga, an operator: acts on every thread."""
+    return persona("olga")
+
+
+@pytest.fixture
+def operator2(persona: Any) -> Any:
+    """Oscar, a second operator (races with Olga)."""
+    return persona("oscar")
+
+
+@pytest.fixture
+def viewer(persona: Any) -> Any:
+    """Vera: signed in, looks at her own threads, cannot act."""
+    return persona("vera")
+
+
+@pytest.fixture
+def stranger(persona: Any) -> Any:
+    """Sam: another plain user; must never see Vera's threads."""
+    return persona("sam")
+
+
+@pytest.fixture
+def owner(persona: Any) -> Any:
+    """Alice: a regular user who owns threads (and answers their suspensions)."""
+    return persona("alice")
+
+
+@pytest.fixture
+def other_owner(persona: Any) -> Any:
+    """Bob: another regular user; must never see Alice's threads."""
+    return persona("bob")
+
+
+@pytest.fixture
+def site_admin(persona: Any) -> Any:
+    """Ada: staff and superuser."""
+    return persona("ada")
+
+
+def client_for(user: Any, *, csrf_checks: bool = False) -> Any:
+    """A Django test client signed in as ``user``."""
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=csrf_checks)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def as_operator(operator: Any) -> Any:
+    """A test client signed in as olga."""
+    return client_for(operator)
+
+
+@pytest.fixture
+def as_viewer(viewer: Any) -> Any:
+    """A test client signed in as vera."""
+    return client_for(viewer)

@@ -24,7 +24,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
 from criogen.engine.errors import InvalidArgument
@@ -290,7 +290,9 @@ def _delete_when_done(run: Any, cron: Cron) -> None:
         except Exception:
             logger.exception("cron %s could not delete the thread of run %s", cron.pk, run.pk)
         finally:
-            close_old_connections()
+            # This thread ends here: close its connections (close_old_connections keeps
+            # a healthy one open, which the thread would then drop unclosed).
+            connections.close_all()
 
     threading.Thread(target=watch, name=f"criogen-cron-cleanup-{run.run_id}", daemon=True).start()
 

@@ -726,6 +726,10 @@ def retry_thread(
     assistant = seen.assistant()
     thread = seen.thread
     assert thread is not None  # else seen.assistant() raised ThreadNotFound
+    if expected is not None and thread.head_id != expected:
+        # The head the caller saw moved on (a second click once the first retry has
+        # run): StaleHead names who moved it, before "nothing to retry" would.
+        check_expected(thread_id, storage().head(thread_id), expected)
     busy = Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).exists()
     if not busy and thread.head_status not in ("failed", "in_progress"):
         raise NothingToRetry(

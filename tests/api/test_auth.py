@@ -4,6 +4,7 @@ everything; ``CRIOGEN_AUTH_ENABLED=False`` turns auth off for local development.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -252,21 +253,25 @@ def test_an_expired_token_is_a_401_token_expired(either_server: Server) -> None:
 
 
 def _expires_at(server: Server, token: str) -> str:
-    from tests.api.conftest import _manage
+    """The token's expiry (ISO, or "never"), read from the server's SQLite file."""
+    import sqlite3
+    from datetime import UTC, datetime
 
     digest = hashlib.sha256(token.encode()).hexdigest()
-    return (
-        _manage(
-            server.env,
-            "shell",
-            "-c",
-            "from criogen.storage.models import ApiToken; "
-            f"t = ApiToken.objects.get(token_hash='{digest}'); "
-            "print('EXPIRES=' + (t.expires_at.isoformat() if t.expires_at else 'never'))",
+    path = server.database_url.removeprefix("sqlite://")
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        table = next(
+            name
+            for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if name.endswith("_apitoken")
         )
-        .split("EXPIRES=", 1)[1]
-        .strip()
-    )
+        (expires,) = db.execute(
+            f"SELECT expires_at FROM {table} WHERE token_hash = ?",  # noqa: S608 - our table
+            [digest],
+        ).fetchone()
+    if expires is None:
+        return "never"
+    return datetime.fromisoformat(expires).replace(tzinfo=UTC).isoformat()
 
 
 def test_new_tokens_live_for_the_default_ttl_unless_given_their_own(server: Server) -> None:

@@ -12,9 +12,8 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
-from tests.api.conftest import Server, _manage, start_server, stop_server
-
-PASSWORD = "uvicorn-operator-password-1"
+from tests.api.conftest import Server, start_server, stop_server
+from tests.conftest import PASSWORD
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +46,6 @@ async def test_the_api_and_its_streams_under_uvicorn(uvicorn_server: Server) -> 
 
 
 def test_the_dashboard_and_its_live_socket_under_uvicorn(uvicorn_server: Server) -> None:
-    _manage(
-        uvicorn_server.env,
-        "shell",
-        "-c",
-        "from django.contrib.auth import get_user_model; "
-        "u = get_user_model().objects.get(username='olga'); "
-        f"u.set_password('{PASSWORD}'); u.save()",
-    )
     with httpx.Client(base_url=uvicorn_server.url, timeout=30) as browser:
         page = browser.get("/accounts/login/")
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)

@@ -13,10 +13,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import Server, _manage
-
-# The dashboard servers' own password for olga: they share the session's PostgreSQL
-# database with this test's server, and a different password would sign them out.
-from tests.dashboard.live_server import PASSWORD  # noqa: E402
+from tests.conftest import PASSWORD
 
 
 def _events(server: Server, thread_id: str) -> list[dict[str, Any]]:
@@ -35,14 +32,6 @@ def _events(server: Server, thread_id: str) -> list[dict[str, Any]]:
 
 def _audit_page(server: Server, thread_id: str) -> str:
     """The dashboard's audit log for ``thread_id``, as olga (an operator) sees it."""
-    _manage(
-        server.env,
-        "shell",
-        "-c",
-        "from django.contrib.auth.models import User\n"
-        "u = User.objects.get(username='olga')\n"
-        f"u.set_password({PASSWORD!r}); u.save()\n",
-    )
     with httpx.Client(base_url=server.url, timeout=30, follow_redirects=True) as web:
         form = web.get("/accounts/login/")
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)

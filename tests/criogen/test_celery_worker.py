@@ -46,6 +46,18 @@ class Cluster:
     logs: Path
     workers: dict[int, subprocess.Popen[bytes]]
     shells: list[subprocess.Popen[str]] = field(default_factory=list)
+    started: int = 0
+
+    def ensure_workers(self, count: int = 2) -> None:
+        """Start workers until ``count`` are alive (a test kills or stops one; the next
+        finds two again). Each gets a name (and log) of its own: w1, w2, w3…"""
+        alive = sum(1 for proc in self.workers.values() if proc.poll() is None)
+        names = []
+        for _ in range(count - alive):
+            self.started += 1
+            names.append(f"w{self.started}")
+            self.start_worker(names[-1])
+        self.wait_ready(names)
 
     def start_worker(self, name: str) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("wb") as log:
@@ -181,9 +193,13 @@ def cluster_database(postgres_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def cluster(cluster_database: str, tmp_path: Path, django_db_blocker: Any) -> Iterator[Cluster]:
-    """Two workers on a fresh queue; the test process reads the runs' database."""
+@pytest.fixture(scope="module")
+def shared_cluster(
+    cluster_database: str, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
+) -> Iterator[Cluster]:
+    """Workers on a fresh queue for this module (starting two costs ~10 s; each test
+    used to start its own); the test process reads the runs' database."""
+    tmp_path = tmp_path_factory.mktemp("celery")
     need_service(
         "Redis", redis_available(), "redis-server --daemonize yes --bind 127.0.0.1 --port 6379"
     )
@@ -207,9 +223,7 @@ def cluster(cluster_database: str, tmp_path: Path, django_db_blocker: Any) -> It
         alias = database_alias(cluster_database)  # migrates the database once
         found = Cluster(env, alias, queue, tmp_path, {})
         try:
-            found.start_worker("w1")
-            found.start_worker("w2")
-            found.wait_ready(["w1", "w2"])
+            found.ensure_workers(2)
             yield found
         finally:
             for shell in found.shells:
@@ -228,6 +242,15 @@ def cluster(cluster_database: str, tmp_path: Path, django_db_blocker: Any) -> It
             redis.Redis.from_url(BROKER).delete(queue)
 
 
+@pytest.fixture
+def cluster(shared_cluster: Cluster, django_db_blocker: Any) -> Iterator[Cluster]:
+    """The module's workers, two of them alive (those a previous test killed or stopped
+    are replaced)."""
+    with django_db_blocker.unblock():
+        shared_cluster.ensure_workers(2)
+        yield shared_cluster
+
+
 def steps_of(cluster: Cluster, thread_id: str) -> dict[str, Any]:
     from criogen import Storage
 
@@ -236,7 +259,17 @@ def steps_of(cluster: Cluster, thread_id: str) -> dict[str, Any]:
     return head.state
 
 
-@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+@pytest.mark.parametrize(
+    "durability",
+    [
+        "sync",
+        # The same recovery under the other durabilities (async: by beat's reaper; exit:
+        # started over): ~25 s each, so `make reliability` runs them, next to the killed
+        # workers of tests/reliability/test_celery_crashes.py.
+        pytest.param("async", marks=pytest.mark.reliability),
+        pytest.param("exit", marks=pytest.mark.reliability),
+    ],
+)
 def test_a_run_whose_worker_is_killed_is_picked_up_again_and_completes(
     cluster: Cluster, durability: str
 ) -> None:

@@ -1,10 +1,8 @@
-"""Fixtures of the dashboard tests: personas, graphs, and threads waiting for a person.
+"""Fixtures of the dashboard tests: graphs, threads waiting for a person, live servers.
 
-Personas (one line each, as in ``healthchecks hc/test.py``):
-
-- ``operator``: may act (the ``criogen.operate`` permission, not staff);
-- ``viewer``: signed in, may only look, and only at threads they own;
-- ``stranger``: another plain user, sees nothing of the others' threads.
+The personas are the one cast of ``tests/conftest.py`` (``operator``: olga, may act
+through ``criogen.operate``, not staff; ``viewer``: vera, may only look, and only at
+threads she owns; ``stranger``: sam, sees nothing of the others' threads).
 """
 
 from __future__ import annotations
@@ -16,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
-from django.test import Client
+from django.contrib.auth.models import User
 
 from criogen import registry
 from criogen.storage.models import Thread
+from tests.conftest import client_for
+
+__all__ = ["TEST_ASSISTANTS", "client_for", "new_thread_id", "redis_available"]
 
 TEST_ASSISTANTS = {
     "steps": "criogen.examples.steps:workflow",
@@ -39,54 +39,9 @@ def _graphs(settings: Any) -> Iterator[None]:
     registry.reset()
 
 
-def _user(name: str, *, operate: bool = False, staff: bool = False) -> User:
-    user = User.objects.create_user(name, password="pw-" + name, is_staff=staff)
-    if operate:
-        user.user_permissions.add(
-            Permission.objects.get(codename="operate", content_type__app_label="criogen")
-        )
-    return user
-
-
-@pytest.fixture
-def operator(db: None) -> User:
-    """Olga, an operator: acts on every thread."""
-    return _user("olga", operate=True)
-
-
-@pytest.fixture
-def operator2(db: None) -> User:
-    """Oscar, a second operator (races with Olga)."""
-    return _user("oscar", operate=True)
-
-
-@pytest.fixture
-def viewer(db: None) -> User:
-    """Vera: signed in, looks at her own threads, cannot act."""
-    return _user("vera")
-
-
-@pytest.fixture
-def stranger(db: None) -> User:
-    """Sam: another plain user; must never see Vera's threads."""
-    return _user("sam")
-
-
-def client_for(user: User, *, csrf_checks: bool = False) -> Client:
-    """A test client signed in as ``user``."""
-    client = Client(enforce_csrf_checks=csrf_checks)
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def as_operator(operator: User) -> Client:
-    return client_for(operator)
-
-
-@pytest.fixture
-def as_viewer(viewer: User) -> Client:
-    return client_for(viewer)
+# The personas (olga and oscar operators, vera a viewer, sam a stranger) are the one cast
+# of tests/conftest.py; its fixtures ``operator``, ``operator2``, ``viewer``, ``stranger``,
+# ``as_operator``, ``as_viewer`` and ``client_for`` (re-exported here) serve these tests.
 
 
 def new_thread_id(prefix: str = "t") -> str:
@@ -158,12 +113,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def dashboard_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The dashboard served by Daphne on a fresh SQLite database (personas olga, oscar,
     vera; see ``live_server``)."""
-    from tests.dashboard import live_server
+    from tests import servers
 
     tmp = tmp_path_factory.mktemp("dashboard")
-    server = live_server.start(f"sqlite://{tmp / 'dashboard.db'}", tmp)
+    server = servers.start_dashboard(f"sqlite://{tmp / 'dashboard.db'}", tmp)
     yield server
-    live_server.stop(server)
+    servers.stop(server)
 
 
 def redis_available() -> bool:
@@ -183,14 +138,14 @@ def pg_dashboard_server(
 ) -> Iterator[Any]:
     """The dashboard on the session's PostgreSQL database with the Redis channel layer
     (the production setup): live events cross processes through Redis."""
+    from tests import servers
     from tests.conftest import START_REDIS, need_service
-    from tests.dashboard import live_server
 
     need_service("Redis", redis_available(), START_REDIS)
     tmp = tmp_path_factory.mktemp("dashboard-pg")
-    server = live_server.start(postgres_url, tmp, REDIS_URL="redis://127.0.0.1:6379/5")
+    server = servers.start_dashboard(postgres_url, tmp, REDIS_URL="redis://127.0.0.1:6379/5")
     yield server
-    live_server.stop(server)
+    servers.stop(server)
 
 
 @pytest.fixture(scope="module")

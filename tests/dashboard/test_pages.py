@@ -13,6 +13,7 @@ from django.utils.html import escape
 
 from criogen import registry
 from criogen.storage.models import Thread
+from tests.conftest import PASSWORD
 from tests.dashboard.conftest import client_for, new_thread_id
 
 pytestmark = pytest.mark.django_db
@@ -61,7 +62,7 @@ def test_it_signs_in_with_a_password_and_shows_the_navigation(operator: object) 
     page = client.get("/accounts/login/")
     assert b'name="username"' in page.content and b"csrfmiddlewaretoken" in page.content
     response = client.post(
-        "/accounts/login/", {"username": "olga", "password": "pw-olga"}, follow=True
+        "/accounts/login/", {"username": "olga", "password": PASSWORD}, follow=True
     )
     assert response.redirect_chain[-1][0] == "/ui/inbox/"
     html = response.content.decode()

@@ -4,10 +4,6 @@ Swagger UI, and no request leaves 127.0.0.1 (no CDN)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,72 +12,60 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.api.conftest import server_argv
+from tests import servers
 from tests.dashboard import live_server
 
+PRODUCTION = {
+    "DEBUG": "false",
+    "SECRET_KEY": "static-files-test-" + "k" * 40,
+    "ALLOWED_HOSTS": "127.0.0.1",
+    "SECURE_SSL_REDIRECT": "false",
+    "SESSION_COOKIE_SECURE": "false",
+    "CSRF_COOKIE_SECURE": "false",
+}
+"""docs/deployment.md's settings, on plain HTTP on loopback (so the HTTPS redirect and
+secure-only cookies are off)."""
+PRESET = {"DJANGO_SETTINGS_MODULE": "criogen.settings"}
 
-def start_production(asgi_server: str, tmp: Path) -> live_server.DashboardServer:
+
+@pytest.fixture(scope="module")
+def static_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``collectstatic`` once, with the production settings, for both servers."""
+    tmp = tmp_path_factory.mktemp("static")
+    root = tmp / "static"
+    env = servers.server_env(
+        f"sqlite://{tmp / 'unused.db'}", PRESET, **PRODUCTION, STATIC_ROOT=str(root)
+    )
+    servers.manage(env, "collectstatic", "--noinput")
+    return root
+
+
+def start_production(asgi_server: str, tmp: Path, static_root: Path) -> servers.DashboardServer:
     """Criogen as docs/deployment.md deploys it: DEBUG off, a secret key, the allowed
-    host, ``collectstatic``, then the ASGI server alone (no runserver, no proxy).
-
-    Plain HTTP on loopback, so the HTTPS redirect and secure-only cookies are off.
-    """
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "criogen.settings",
-        "DEBUG": "false",
-        "SECRET_KEY": "static-files-test-" + "k" * 40,
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "SECURE_SSL_REDIRECT": "false",
-        "SESSION_COOKIE_SECURE": "false",
-        "CSRF_COOKIE_SECURE": "false",
-        "STATIC_ROOT": str(tmp / "static"),
-        "DATABASE_URL": f"sqlite://{tmp / 'production.db'}",
-        "LOG_LEVEL": "WARNING",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-    env.pop("REDIS_URL", None)
-    live_server._manage(env, "migrate", "--noinput")
-    live_server._manage(env, "collectstatic", "--noinput")
-    out = live_server._manage(env, "shell", "-c", live_server._SETUP)
-    tokens = json.loads(out.split("TOKENS=", 1)[1].strip())
-    port = live_server.free_port()
-    log = tmp / f"{asgi_server}-{port}.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
-            server_argv(asgi_server, port),
-            cwd=live_server.ROOT,
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(url + "/ok", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            raise RuntimeError(f"{asgi_server} did not start:\n{log.read_text()[-4000:]}")
-        time.sleep(0.1)
-    return live_server.DashboardServer(url, tokens, process, log, env)
+    host, ``collectstatic`` (``static_root``), then the ASGI server alone (no
+    runserver, no proxy)."""
+    return servers.start(  # type: ignore[no-any-return]
+        f"sqlite://{tmp / 'production.db'}",
+        tmp,
+        preset=PRESET,
+        asgi_server=asgi_server,
+        kind=servers.DashboardServer,
+        **PRODUCTION,
+        STATIC_ROOT=str(static_root),
+    )
 
 
 @pytest.fixture(scope="module", params=["daphne", "uvicorn"])
 def production(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[live_server.DashboardServer]:
-    server = start_production(request.param, tmp_path_factory.mktemp(request.param))
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, static_root: Path
+) -> Iterator[servers.DashboardServer]:
+    server = start_production(request.param, tmp_path_factory.mktemp(request.param), static_root)
     yield server
     live_server.stop(server)
 
 
 def test_the_dashboard_and_the_api_docs_load_without_leaving_the_host(
-    production: live_server.DashboardServer, chromium: Any
+    production: servers.DashboardServer, chromium: Any
 ) -> None:
     outside: list[str] = []
     statics: dict[str, int] = {}
@@ -127,7 +111,7 @@ def test_the_dashboard_and_the_api_docs_load_without_leaving_the_host(
         context.close()
 
 
-def test_static_files_are_cached_and_compressed(production: live_server.DashboardServer) -> None:
+def test_static_files_are_cached_and_compressed(production: servers.DashboardServer) -> None:
     with httpx.Client(base_url=production.url, timeout=10) as client:
         css = client.get("/static/dashboard/criogen.css", headers={"Accept-Encoding": "gzip"})
         assert css.status_code == 200

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.conftest import Server, _manage, start_server, stop_server
+from tests.api.conftest import Server, start_server, stop_server
+from tests.conftest import PASSWORD
 
 FULL = os.environ.get("CRIOGEN_RELIABILITY_FULL", "") == "1"
 """The full suite (``make reliability``) rather than the fast subset."""
 
-OPERATOR_PASSWORD = "reliability-olga-7Qx"  # noqa: S105 - a test persona's password
+OPERATOR_PASSWORD = PASSWORD
+"""olga's password: the one cast's (tests/conftest.py), on every server."""
 
 
 def scale(full: int, fast: int) -> int:
@@ -106,41 +107,22 @@ def _spread(samples: list[float]) -> str:
     return " / ".join(f"{x:.1f}" for x in figures) + f" s (min/median/p95/max of {len(samples)})"
 
 
-@contextmanager
-def _fresh_database(prefix: str) -> Iterator[str]:
-    """A PostgreSQL database of its own (URL), dropped afterwards."""
-    import uuid
+def _fresh_database(prefix: str) -> Any:
+    """A PostgreSQL database of its own (URL), dropped afterwards: a copy of the
+    session's migrated template with the cast (``tests.servers.fresh_postgres``)."""
+    from tests.servers import fresh_postgres
 
-    from tests.conftest import PG_ADMIN_URL, START_POSTGRES, need_service, postgres_available
-    from tests.reliability.helpers import pg
-
-    need_service("PostgreSQL", postgres_available(), START_POSTGRES)
-    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    with pg(PG_ADMIN_URL) as db:
-        db.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with pg(PG_ADMIN_URL) as db:
-            db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return fresh_postgres(prefix)
 
 
 @pytest.fixture(scope="session")
 def rel_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The API and dashboard server on a PostgreSQL database of its own, auth on, with
-    a password for the operator ``olga`` (to sign in to the dashboard). Its own: other
-    suites' servers on the session database give the same personas other passwords."""
+    """The API and dashboard server on a PostgreSQL database of its own, auth on (the
+    cast signs in to the dashboard with its one password). Its own database: the
+    reliability tests count rows and kill runs that other suites' servers would see."""
     with _fresh_database("criogen_test_rel_server") as database_url:
         tmp = tmp_path_factory.mktemp("reliability")
         srv = start_server(database_url, tmp)
-        _manage(
-            srv.env,
-            "shell",
-            "-c",
-            "from django.contrib.auth import get_user_model as g; "
-            f"u = g().objects.get(username='olga'); u.set_password({OPERATOR_PASSWORD!r}); "
-            "u.save()",
-        )
         yield srv
         stop_server(srv)
 
@@ -162,7 +144,7 @@ def own_redis(tmp_path: Path) -> Iterator[Any]:
 def own_database() -> Iterator[str]:
     """A fresh PostgreSQL database of the test's own, dropped afterwards. For tests whose
     recovery must be their own: the session database's other servers run a reaper that
-    would take their dead runs back, and they give the personas other passwords."""
+    would take their dead runs back."""
     with _fresh_database("criogen_test_rel") as database_url:
         yield database_url
 

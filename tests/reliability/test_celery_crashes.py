@@ -187,6 +187,12 @@ with the default settings (lease 6 s renewed every 2 s, reaper every 2 s)."""
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.skipif(
+    not FULL,
+    reason="a p95 figure (20 kills) for make reliability; in make test, killed workers' "
+    "runs recovering is shown by test_celery_workers_killed_at_random_steps_all_runs_"
+    "recover and tests/criogen/test_celery_worker.py",
+)
 def test_a_killed_worker_s_run_is_running_again_within_ten_seconds(
     tmp_path: Path, own_database: str, own_redis: RedisServer, figures: Figures
 ) -> None:

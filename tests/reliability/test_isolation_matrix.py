@@ -32,7 +32,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 from dashboard.converters import encode_thread_id
-from tests.api.conftest import Server, _manage
+from tests.api.conftest import Server
+from tests.conftest import PASSWORD
 from tests.reliability.conftest import Figures
 from tests.reliability.helpers import dashboard_session
 
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.postgres
 PUBLIC_OPERATIONS = {"ok", "info"}
 """Health and version: no token needed (as on LangGraph Platform, see api/routers/system.py)."""
 
-BOB_PASSWORD = "reliability-bob-4Kw"  # noqa: S105 - a test persona's password
+BOB_PASSWORD = PASSWORD  # the cast's one password (tests/conftest.py)
 NEVER = "0 0 1 1 *"
 """A cron schedule that does not fire during the test (1 January, midnight)."""
 
@@ -97,13 +98,6 @@ def world(rel_server: Server) -> World:
         assert assistant.status_code == 200, assistant.text
     with rel_server.http("bob") as bob:
         bob_thread = bob.post("/threads", json={}).json()["thread_id"]
-    _manage(
-        rel_server.env,
-        "shell",
-        "-c",
-        "from django.contrib.auth import get_user_model as g; "
-        f"u = g().objects.get(username='bob'); u.set_password({BOB_PASSWORD!r}); u.save()",
-    )
     return World(
         thread=tid,
         run=run,

@@ -21,29 +21,10 @@ TABLES = ("api_apitoken", "api_cron")
 @pytest.fixture
 def own_url(backend: str, tmp_path: Path, django_db_blocker: Any) -> Iterator[str]:
     """A database of this test's own (it migrates backwards and forwards)."""
-    if backend == "sqlite":
-        with django_db_blocker.unblock():
-            yield f"sqlite://{tmp_path / 'own.db'}"
-        return
-    import psycopg
+    from tests.conftest import own_database_url
 
-    from tests.conftest import PG_HOST, START_POSTGRES, need_service, postgres_available
-
-    need_service("PostgreSQL", postgres_available(), START_POSTGRES)
-    name = f"criogen_move_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        with django_db_blocker.unblock():
-            yield f"postgres://postgres@{PG_HOST}:5432/{name}"
-    finally:
-        from django.db import connections
-
-        for alias in list(connections.settings):
-            if connections.settings[alias].get("NAME") == name:
-                connections[alias].close()
-        with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with own_database_url(backend, tmp_path, "criogen_move") as url, django_db_blocker.unblock():
+        yield url
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from api.auth import Principal
 from api.threads.reads import check_checkpoint_id, load_thread
-from api.threads.shapes import _checkpoint_ref, storage
+from api.threads.shapes import _checkpoint_ref
 from criogen import selectors
 from criogen.engine.checkpoints import check_thread_id as engine_check_thread_id
 from criogen.engine.errors import InvalidArgument, ThreadNotFound
@@ -63,7 +63,13 @@ def create_thread(
             field="supersteps",
         )
     row = services.create_thread(
-        who=who, thread_id=thread_id, metadata=metadata, if_exists=if_exists, ttl=ttl
+        who=who,
+        thread_id=thread_id,
+        metadata=metadata,
+        if_exists=if_exists,
+        ttl=ttl,
+        by=who.name or "api",
+        door="api",
     )
     if not supersteps:
         return row
@@ -83,7 +89,9 @@ def update_thread(
 ) -> Thread:
     """Merge ``metadata`` into the thread's and (re)set its TTL (PATCH /threads/{id});
     ``metadata.owner`` cannot change (422)."""
-    return services.update_thread(who=who, thread_id=thread_id, metadata=metadata, ttl=ttl)
+    return services.update_thread(
+        who=who, thread_id=thread_id, metadata=metadata, ttl=ttl, by=who.name or "api", door="api"
+    )
 
 
 def delete_thread(who: Principal, thread_id: str) -> None:
@@ -162,16 +170,16 @@ def update_state(
             "graph_id, before updating its state.",
             field="thread_id",
         )
-    if checkpoint_id is not None:
-        cid = check_checkpoint_id(checkpoint_id)
-        head = storage().head(thread_id)
-        if head is None or head.id != cid:
-            raise InvalidArgument(
-                "update_state writes after the head only; rewind with a run from "
-                f"checkpoint {cid!r} first.",
-                field="checkpoint_id",
-            )
+    # checkpoint_id is the head the caller saw: compare-and-set, a 409 stale_head naming
+    # the current head when it moved on (to change an older checkpoint, rewind to it
+    # with a run from that checkpoint first).
+    expected = check_checkpoint_id(checkpoint_id) if checkpoint_id is not None else None
     cp = services.update_thread_state(
-        thread_id=thread_id, values=values, as_node=as_node, by=who.name or "api", door="api"
+        thread_id=thread_id,
+        values=values,
+        as_node=as_node,
+        by=who.name or "api",
+        door="api",
+        expected=expected,
     )
     return {"checkpoint": _checkpoint_ref(thread_id, cp.id)}

@@ -321,16 +321,32 @@ def _apply_ttl(row: Thread, ttl: tuple[int, str] | None) -> None:
     row.expires_at = timezone.now() + timedelta(minutes=ttl[0])
 
 
-def set_thread_ttl(*, thread: Thread, minutes: int | None, strategy: str = "delete") -> Thread:
-    """Give ``thread`` a time to live of ``minutes`` from now (None: never expires).
-    Raises InvalidArgument for minutes that are not a whole positive number or an
-    unknown strategy."""
+def set_thread_ttl(
+    *,
+    thread: Thread,
+    minutes: int | None,
+    strategy: str = "delete",
+    by: str | None = None,
+    door: str = "python",
+) -> Thread:
+    """Give ``thread`` a time to live of ``minutes`` from now (None: never expires),
+    audited as ``set_ttl`` by ``by`` from ``door``. Raises InvalidArgument for minutes
+    that are not a whole positive number or an unknown strategy."""
+    check_door(door)
     _check_strategy(strategy)
-    if minutes is None:
-        thread.ttl_minutes, thread.ttl_strategy, thread.expires_at = None, strategy, None
-    else:
-        _apply_ttl(thread, _check_ttl(minutes, strategy, field="ttl"))
-    thread.save(update_fields=["ttl_minutes", "ttl_strategy", "expires_at"])
+    with transaction.atomic():
+        if minutes is None:
+            thread.ttl_minutes, thread.ttl_strategy, thread.expires_at = None, strategy, None
+        else:
+            _apply_ttl(thread, _check_ttl(minutes, strategy, field="ttl"))
+        thread.save(update_fields=["ttl_minutes", "ttl_strategy", "expires_at"])
+        storage().record_audit(
+            "set_ttl",
+            thread_id=thread.pk,
+            actor=by,
+            door=door,
+            details={"ttl_minutes": thread.ttl_minutes, "strategy": thread.ttl_strategy},
+        )
     return thread
 
 
@@ -368,8 +384,11 @@ def create_thread(
     metadata: Any = None,
     if_exists: str | None = None,
     ttl: Any = None,
+    by: str | None = None,
+    door: str = "python",
 ) -> Thread:
-    """Create a thread owned by ``who.user`` (POST /threads).
+    """Create a thread owned by ``who.user`` (POST /threads), audited as ``create`` by
+    ``by`` (default: the owner's user name) from ``door``.
 
     ``thread_id``: 1–255 non-blank characters; None makes a UUID. ``if_exists``:
     ``raise`` (default) refuses a known id with Conflict (409); ``do_nothing`` returns
@@ -381,6 +400,7 @@ def create_thread(
     A thread made here has no run, lease or checkpoint: a new one comes back with
     ``rest_status`` "idle"; an existing one (``do_nothing``) without it.
     """
+    check_door(door)
     policy = if_exists or "raise"
     if policy not in ("raise", "do_nothing"):
         raise InvalidArgument(
@@ -395,9 +415,21 @@ def create_thread(
         meta["owner"] = name
     row = Thread(id=tid, metadata=meta, owner=who.user)
     _apply_ttl(row, ttl_policy)
+
+    def audit() -> None:
+        storage().record_audit(
+            "create",
+            thread_id=tid,
+            actor=by or name,
+            door=door,
+            details={"metadata": meta, "ttl_minutes": row.ttl_minutes},
+        )
+
     if thread_id is None:
-        # A new UUID: one INSERT, no lookup first.
-        row.save(force_insert=True)
+        # A new UUID: no lookup first.
+        with transaction.atomic():
+            row.save(force_insert=True)
+            audit()
         row.rest_status = "idle"  # type: ignore[attr-defined]
         return row
     with transaction.atomic():
@@ -417,6 +449,7 @@ def create_thread(
         try:
             with transaction.atomic():
                 row.save(force_insert=True)
+                audit()
         except IntegrityError:
             # Created concurrently (SQLite does not lock a missing row): same answer as
             # if it had existed when we looked.
@@ -427,10 +460,20 @@ def create_thread(
     return row
 
 
-def update_thread(*, who: Who, thread_id: str, metadata: Any = None, ttl: Any = None) -> Thread:
-    """Merge ``metadata`` into the thread's and (re)set its TTL (PATCH /threads/{id});
+def update_thread(
+    *,
+    who: Who,
+    thread_id: str,
+    metadata: Any = None,
+    ttl: Any = None,
+    by: str | None = None,
+    door: str = "python",
+) -> Thread:
+    """Merge ``metadata`` into the thread's and (re)set its TTL (PATCH /threads/{id}),
+    audited as ``update`` by ``by`` (default: ``who``'s user name) from ``door``;
     ``metadata.owner`` cannot change (InvalidArgument). ThreadNotFound unless ``who``
     may see the thread."""
+    check_door(door)
     meta = _check_metadata(metadata)
     ttl_policy = parse_ttl(ttl)
     with transaction.atomic():
@@ -443,6 +486,13 @@ def update_thread(*, who: Who, thread_id: str, metadata: Any = None, ttl: Any = 
         row.updated_at = timezone.now()
         row.save(
             update_fields=["metadata", "ttl_minutes", "ttl_strategy", "expires_at", "updated_at"]
+        )
+        storage().record_audit(
+            "update",
+            thread_id=thread_id,
+            actor=by or _owner_name(who.user),
+            door=door,
+            details={"metadata": meta, "ttl_minutes": row.ttl_minutes},
         )
     return row
 

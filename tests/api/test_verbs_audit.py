@@ -86,13 +86,14 @@ def test_resume_update_state_and_delete_of_a_workflow_are_audited_as_the_token_o
 
     events = _events(any_server, tid)
     assert [(e["action"], e["actor"], e["door"]) for e in events] == [
+        ("create", "alice", "api"),
         ("resume", "alice", "api"),
         ("update_state", "alice", "api"),
         ("delete", "alice", "api"),
     ]
-    assert events[0]["before"] == suspended
-    assert events[1]["after"] == head
-    assert events[2]["before"] == head
+    assert events[1]["before"] == suspended
+    assert events[2]["after"] == head
+    assert events[3]["before"] == head
     # The operator's audit page names the token's owner and the door for each.
     for action in ("resume", "update_state"):
         assert re.search(rf"<td>alice</td><td><code>{action}</code></td><td>api</td>", page), page[
@@ -113,7 +114,7 @@ def test_a_second_resume_of_the_same_suspension_is_already_decided(
     assert refused.status_code == 409
     assert (refused.json()["code"], refused.json()["decided_by"]) == ("already_decided", "alice")
     assert client.threads.get_state(tid)["values"]["answer"] == "first"
-    assert [e["action"] for e in _events(any_server, tid)] == ["resume"]
+    assert [e["action"] for e in _events(any_server, tid)] == ["create", "resume"]
 
 
 def test_a_new_turn_of_an_agent_is_audited_with_its_actor(any_server: Server, alice: Any) -> None:
@@ -121,4 +122,7 @@ def test_a_new_turn_of_an_agent_is_audited_with_its_actor(any_server: Server, al
     ask = {"messages": [{"role": "user", "content": "Please refund order 42"}]}
     assert "__interrupt__" in alice.runs.wait(tid, "support", input=ask)
     events = _events(any_server, tid)
-    assert [(e["action"], e["actor"], e["door"]) for e in events] == [("input", "alice", "api")]
+    assert [(e["action"], e["actor"], e["door"]) for e in events] == [
+        ("create", "alice", "api"),
+        ("input", "alice", "api"),
+    ]

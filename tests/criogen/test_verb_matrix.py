@@ -473,16 +473,8 @@ def test_retry(door: str, doors: Doors) -> None:
 # -- update_state ----------------------------------------------------------------------------
 
 
-STALE_UPDATE_OVER_HTTP = pytest.mark.xfail(
-    strict=True,
-    reason="api/threads.py update_state (line ~463) answers a checkpoint_id that is no "
-    "longer the head with 422 invalid_argument; issue 14 wants 409 stale_head (pass it "
-    "as expected= to services.update_thread_state)",
-)
-
-
 @pytest.mark.parametrize("kind", ["workflow", "agent"])
-@pytest.mark.parametrize("door", ["python", pytest.param("api", marks=STALE_UPDATE_OVER_HTTP)])
+@pytest.mark.parametrize("door", ["python", "api"])
 def test_update_state(door: str, kind: str, doors: Doors, waiting_agent: Any) -> None:
     tid = _completed_thread().pk if kind == "workflow" else waiting_agent().pk
     values = {"n": 41} if kind == "workflow" else {"vip": True}
@@ -668,16 +660,12 @@ def test_prune(door: str, doors: Doors) -> None:
 
 # -- set TTL and create thread -------------------------------------------------------------
 
-NOT_AUDITED = pytest.mark.xfail(
-    strict=True,
-    reason="not audited yet: criogen/services/threads.py set_thread_ttl / create_thread / "
-    "update_thread take no by/door and write no audit event (issue 14 wants exactly one)",
-)
-
 
 def _set_ttl(door: str, doors: Doors, tid: str) -> None:
     if door == "python":
-        threads.set_thread_ttl(thread=Thread.objects.get(pk=tid), minutes=60, strategy="delete")
+        threads.set_thread_ttl(
+            thread=Thread.objects.get(pk=tid), minutes=60, strategy="delete", by=SCRIPT
+        )
     else:
         response = doors.api("patch", f"/threads/{tid}", {"ttl": 60})
         assert response.status_code == 200, response.content[:500]
@@ -694,7 +682,6 @@ def test_set_ttl(door: str, doors: Doors) -> None:
     assert (Tally.now().checkpoints, Tally.now().runs) == (before.checkpoints, before.runs)
 
 
-@NOT_AUDITED
 @pytest.mark.parametrize("door", ["python", "api"])
 def test_set_ttl_is_audited(door: str, doors: Doors) -> None:
     tid = _completed_thread().pk
@@ -727,7 +714,6 @@ def test_create_thread(door: str, doors: Doors, owner: Any) -> None:
     assert Tally.now() == after
 
 
-@NOT_AUDITED
 @pytest.mark.parametrize("door", ["python", "api"])
 def test_create_thread_is_audited(door: str, doors: Doors, owner: Any) -> None:
     before = Tally.now()

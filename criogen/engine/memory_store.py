@@ -49,6 +49,9 @@ class _Thread:
     lease_id: str | None = None
     lease_expires: float = 0.0
     updated: float = field(default_factory=time.monotonic)
+    audit_from: int = 0
+    """Where this thread's audit trail starts in the store's list: the events before
+    belong to an earlier thread of the same id (deleted, then created again)."""
 
 
 def _version(cp: Checkpoint) -> int:
@@ -70,12 +73,17 @@ class MemoryStorage(Storage):
         self._documents: dict[tuple[str, str], DocumentRecord] = {}
         self._audit: list[AuditRecord] = []
 
+    def _new_thread(self, thread_id: str) -> _Thread:
+        """A new, empty thread (under the lock): its audit trail starts now."""
+        thread = self._threads[thread_id] = _Thread(audit_from=len(self._audit))
+        return thread
+
     # -- leases ----------------------------------------------------------------------
 
     def acquire(self, thread_id: str, lease_id: str, *, seconds: float) -> bool:
         now = time.monotonic()
         with self._lock:
-            thread = self._threads.setdefault(thread_id, _Thread())
+            thread = self._threads.get(thread_id) or self._new_thread(thread_id)
             if thread.lease_id not in (None, lease_id) and thread.lease_expires > now:
                 return False
             thread.lease_id, thread.lease_expires = lease_id, now + seconds
@@ -119,7 +127,7 @@ class MemoryStorage(Storage):
                 cp = w.checkpoint
                 thread = self._threads.get(cp.thread_id)
                 if thread is None:
-                    thread = self._threads[cp.thread_id] = _Thread()
+                    thread = self._new_thread(cp.thread_id)
                 if lease_id is not None and thread.lease_id != lease_id:
                     raise LeaseLost(
                         f"run {lease_id} no longer holds thread {cp.thread_id!r}; "
@@ -245,8 +253,9 @@ class MemoryStorage(Storage):
                     thread_id=new_thread_id,
                 )
             ids = {cp.id: CheckpointId(str(uuid.uuid4())) for cp in source.checkpoints}
-            copy = _Thread(
-                checkpoints=[
+            copy = self._new_thread(new_thread_id)
+            copy.checkpoints, copy.values = (
+                [
                     replace(
                         cp,
                         id=ids[cp.id],
@@ -255,9 +264,8 @@ class MemoryStorage(Storage):
                     )
                     for cp in source.checkpoints
                 ],
-                values=dict(source.values),
+                dict(source.values),
             )
-            self._threads[new_thread_id] = copy
             head_id = copy.checkpoints[-1].id if copy.checkpoints else None
             if audit is not None and self.audit_enabled:
                 self._audit.append(replace(audit, after=head_id))
@@ -404,7 +412,11 @@ class MemoryStorage(Storage):
 
     def audit_events(self, *, thread_id: str | None = None, limit: int = 100) -> list[AuditRecord]:
         with self._lock:
-            found = [e for e in self._audit if thread_id is None or e.thread_id == thread_id]
+            # A thread's events since it was created (all of them once it is deleted):
+            # the rule of the ORM's audit_events.
+            thread = self._threads.get(thread_id) if thread_id is not None else None
+            events = self._audit[thread.audit_from :] if thread is not None else self._audit
+            found = [e for e in events if thread_id is None or e.thread_id == thread_id]
         return list(reversed(found))[:limit]
 
 

@@ -523,7 +523,12 @@ class Storage(ABC):
         """
 
     def audit_events(self, *, thread_id: str | None = None, limit: int = 100) -> list[AuditRecord]:
-        """Audit events, newest first (only ``thread_id``'s if given)."""
+        """Audit events, newest first (only ``thread_id``'s if given).
+
+        A thread's events are those written since it was created: a thread deleted and
+        created again under the same id does not show the earlier one's (a deleted
+        thread's stay readable under its id until then). Without ``thread_id``, all.
+        """
         return []
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F
 from django.db.models import Value as V
 from django.db.models.functions import Coalesce
@@ -23,6 +23,7 @@ from criogen.engine.errors import (
     StorageError,
     ThreadInterrupted,
 )
+from criogen.engine.records import RunError
 from criogen.registry import get_graph, storage
 from criogen.runner.base import (
     _CONNECTION_LOST,
@@ -36,7 +37,7 @@ from criogen.runner.claim import _claim
 from criogen.runner.handoff import start_next
 from criogen.runner.leases import _leases
 from criogen.runner.stops import _Stop, _stops, _stops_lock
-from criogen.storage.models import Checkpoint, Run, Thread, Value
+from criogen.storage.models import Run
 
 __all__ = ["execute_run"]
 
@@ -126,19 +127,17 @@ def _drive(run: Run, stop: _Stop) -> _Outcome:
         # the reaper presumed dead is still finishing a step, or the database hiccuped.
         # Hand the run back: the next claim continues it from its last checkpoint.
         _reconnect()  # if the database hiccuped, the hand-back needs a new connection
-        return _hand_back(run, str(exc), exc.to_dict())
+        return _hand_back(run, str(exc), exc)
     except _CONNECTION_LOST as exc:
         # Lost at any other point of the run (reading the head, taking the thread): the
         # same as between two steps.
         _reconnect()
         return _hand_back(run, f"the database connection was lost ({exc})")
     except CriogenError as exc:
-        return _Outcome("error", _error_json(exc.to_dict()))
+        return _Outcome("error", _error_json(_record(exc), exc.details))
     except Exception as exc:
         logger.exception("run %s raised", run.pk)
-        return _Outcome(
-            "error", {"code": "internal_error", "type": type(exc).__name__, "message": str(exc)}
-        )
+        return _Outcome("error", _error_json(_record(exc)))
     if isinstance(result, dict):  # an ended head, read back
         return _Outcome(**result)
     status = getattr(result, "status", None)
@@ -147,16 +146,16 @@ def _drive(run: Run, stop: _Stop) -> _Outcome:
     return _Outcome("success")
 
 
-def _hand_back(run: Run, why: str, error: dict[str, Any] | None = None) -> _Outcome:
+def _hand_back(run: Run, why: str, exc: CriogenError | None = None) -> _Outcome:
     """Hand the run back (``pending``, counted), or end it in ``error`` when it has been
     handed back :data:`MAX_HAND_BACKS` times already."""
     if run.hand_backs < MAX_HAND_BACKS:
         logger.warning("run %s: %s; handing it back", run.pk, why)
         return _Outcome("pending", counted=True)
-    if error is None:
-        error = StorageError(why).to_dict()
-    error["message"] = f"{error.get('message', why)} (handed back {run.hand_backs} times)"
-    return _Outcome("error", _error_json(error))
+    if exc is None:
+        exc = StorageError(why)
+    record = replace(_record(exc), message=f"{exc.message} (handed back {run.hand_backs} times)")
+    return _Outcome("error", _error_json(record, exc.details))
 
 
 def _call(run: Run, stop: _Stop) -> Any:
@@ -220,7 +219,8 @@ def _ended(head: Any) -> dict[str, Any]:
     if head.status == "suspended":
         return {"status": "interrupted"}
     if head.status == "failed":
-        return {"status": "error", "error": _error_json(dict(head.error or {}))}
+        error = dict(head.error or {})
+        return {"status": "error", "error": _error_json(RunError.from_dict(error), error)}
     return {"status": "success"}
 
 
@@ -232,8 +232,24 @@ def _accepts_should_stop(graph: Any) -> bool:
     )
 
 
-def _error_json(data: dict[str, Any]) -> dict[str, Any]:
-    data.pop("traceback", None)
+def _record(exc: BaseException) -> RunError:
+    """The record of an exception that ended a run (the node a RunFailed names)."""
+    node = exc.details.get("node") if isinstance(exc, CriogenError) else None
+    return RunError(
+        type=type(exc).__name__,
+        code=getattr(exc, "code", None) or "internal_error",
+        message=getattr(exc, "message", None) or str(exc),
+        node=str(node) if node is not None else None,
+        traceback="",
+    )
+
+
+def _error_json(error: RunError, details: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A run's ``error``: the record without its traceback (that stays on the failure
+    checkpoint, for the dashboard), with the error's other facts (a CriogenError's
+    details, ``graph_id``…) around it."""
+    data = {**(details or {}), **error.to_dict()}
+    del data["traceback"]
     return json.loads(json.dumps(data, default=str))
 
 
@@ -246,23 +262,7 @@ def _rollback(run: Run) -> None:
         logger.warning("rollback of run %s skipped: another run holds thread %r", rid, tid)
         return
     try:
-        with transaction.atomic():
-            versions = Checkpoint.objects.filter(thread_id=tid, run_id=rid).values_list(
-                "version", flat=True
-            )
-            low = min(versions, default=None)
-            if low is None:
-                return
-            # The run held the thread while it wrote, so its checkpoints are the newest.
-            Checkpoint.objects.filter(thread_id=tid, version__gte=low).delete()
-            Value.objects.filter(thread_id=tid, version__gte=low).delete()
-            prev = Checkpoint.objects.filter(thread_id=tid).order_by("-version").first()
-            Thread.objects.filter(pk=tid).update(
-                head_version=prev.version if prev else 0,
-                head_id=prev.id if prev else "",
-                head_status=prev.status if prev else "",
-                updated_at=timezone.now(),
-            )
+        store.rollback_run(tid, rid)
     finally:
         store.release(tid, rid)
 

@@ -10,6 +10,7 @@ from criogen.selectors.checkpoints import checkpoint_body, open_json
 from criogen.selectors.visibility import Who, visible_threads
 from criogen.storage.models import AuditEvent, Decision, Run, Thread
 from criogen.storage.models import Checkpoint as CheckpointRow
+from criogen.storage.orm.audit import of_earlier_thread
 
 __all__ = ["audit_events", "who_decided"]
 
@@ -79,18 +80,17 @@ def audit_events(
     limit: int = 100,
 ) -> list[AuditEvent]:
     """Audit events, newest first, at most ``limit``: of the threads ``who`` may see,
-    written since each was created (every event for operators), whose actor, action and thread id contain ``actor``,
-    ``action`` and ``thread``, older than the event ``before``. Each carries its
-    decoded details as ``details_json`` (:func:`open_json`)."""
+    written since each was created (every event for operators), whose actor, action and
+    thread id contain ``actor``, ``action`` and ``thread``, older than the event
+    ``before``. Each carries its decoded details as ``details_json``
+    (:func:`open_json`)."""
     qs = AuditEvent.objects.all()
     if not who.is_operator:
         # A thread is its id *and* its life: events written before the visible
         # thread was created belong to an earlier thread of the same id (deleted,
         # perhaps another user's) and are never shown to the id's next owner.
-        current = visible_threads(who).filter(
-            pk=OuterRef("thread_id"), created_at__lte=OuterRef("created_at")
-        )
-        qs = qs.filter(Exists(current))
+        visible = visible_threads(who).filter(pk=OuterRef("thread_id"))
+        qs = qs.filter(Exists(visible)).exclude(of_earlier_thread())
     if actor:
         qs = qs.filter(actor__icontains=actor)
     if action:

@@ -32,7 +32,7 @@ from criogen.engine.store import AuditRecord
 from criogen.engine.threads import check_door
 from criogen.registry import get_graph, storage
 from criogen.selectors import Who, thread_for
-from criogen.storage.models import Checkpoint, Run, Thread, Value
+from criogen.storage.models import Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 from criogen.storage.models.threads import TTL_STRATEGIES
 
@@ -179,56 +179,18 @@ def copy_thread(
     if source is None:
         raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
     new_id = str(uuid.uuid4())
+    event = AuditRecord("copy", new_id, by, {"from": thread_id}, door=door)
     with transaction.atomic():
-        copy = Thread(
-            id=new_id,
+        storage().copy_thread(thread_id, new_id, audit=event)
+        Thread.objects.filter(pk=new_id).update(
             metadata={
                 **(source.metadata or {}),
                 **({"owner": owner.get_username()} if owner is not None else {}),
             },
             owner=owner if owner is not None else source.owner,
-            head_version=source.head_version,
-            head_status=source.head_status,
             ttl_minutes=source.ttl_minutes,
             ttl_strategy=source.ttl_strategy,
             expires_at=source.expires_at,
-        )
-        rows = list(Checkpoint.objects.filter(thread_id=thread_id).order_by("version"))
-        ids = {row.id: str(uuid.uuid4()) for row in rows}
-        copy.head_id = ids.get(source.head_id, "")
-        copy.save(force_insert=True)
-        Checkpoint.objects.bulk_create(
-            Checkpoint(
-                id=ids[row.id],
-                thread_id=new_id,
-                version=row.version,
-                run_id=row.run_id,
-                source=row.source,
-                status=row.status,
-                parent_id=ids.get(row.parent_id or "", row.parent_id),
-                created_at=row.created_at,
-                body=row.body,
-            )
-            for row in rows
-        )
-        Value.objects.bulk_create(
-            Value(
-                thread_id=new_id,
-                state_key=v.state_key,
-                version=v.version,
-                kind=v.kind,
-                prev=v.prev,
-                data=v.data,
-            )
-            for v in Value.objects.filter(thread_id=thread_id).iterator()
-        )
-        storage().record_audit(
-            "copy",
-            thread_id=new_id,
-            actor=by,
-            door=door,
-            details={"from": thread_id},
-            after=copy.head_id or None,
         )
     return new_id
 
@@ -592,46 +554,12 @@ def compact_thread(
         if thread is None:
             return False
         head = store.head(thread_id) if thread.head_version else None
-        if head is not None:
-            keep = _reachable_values(thread_id, head.value_versions)
-            Checkpoint.objects.filter(thread_id=thread_id, version__lt=head.version).delete()
-            stale = [
-                pk
-                for pk, key, version in Value.objects.filter(thread_id=thread_id).values_list(
-                    "pk", "state_key", "version"
-                )
-                if (key, version) not in keep
-            ]
-            Value.objects.filter(pk__in=stale).delete()
+        kept = head.id if head is not None else None
+        event = AuditRecord(
+            "prune", thread_id, by, {"kept": kept}, door=check_door(door), before=kept, after=kept
+        )
+        store.compact_thread(thread_id, audit=event)
         thread.expires_at = now + timedelta(minutes=rearm_minutes) if rearm_minutes else None
         thread.save(update_fields=["expires_at"])
-        store.record_audit(
-            "prune",
-            thread_id=thread_id,
-            actor=by,
-            door=check_door(door),
-            details={"kept": head.id if head is not None else None},
-            before=head.id if head is not None else None,
-            after=head.id if head is not None else None,
-        )
     logger.info("TTL: compacted thread %r to its head", thread_id)
     return True
-
-
-def _reachable_values(thread_id: str, value_versions: dict[str, int]) -> set[tuple[str, int]]:
-    """(key, version) of every value row the head's state is built from: the row each
-    key points at, and for appended lists the chain of rows before it."""
-    rows = {
-        (key, version): (kind, prev)
-        for key, version, kind, prev in Value.objects.filter(
-            thread_id=thread_id, state_key__in=list(value_versions)
-        ).values_list("state_key", "version", "kind", "prev")
-    }
-    keep: set[tuple[str, int]] = set()
-    for key, version in value_versions.items():
-        at: int | None = version
-        while at is not None and (key, at) not in keep:
-            keep.add((key, at))
-            kind, prev = rows.get((key, at), ("s", None))
-            at = prev if kind == "a" else None
-    return keep

@@ -69,6 +69,10 @@ def test_a_failing_node_ends_the_run_in_error_with_its_code(thread_id: str) -> N
     assert run.error["code"] == "run_failed"
     assert run.error["node"] == "b"
     assert "fail=true" in run.error["message"]
+    # A RunError record without its traceback, with the error's details.
+    assert run.error["type"] == "RunFailed"
+    assert run.error["thread_id"] == thread_id
+    assert "traceback" not in run.error
 
 
 def test_an_unknown_graph_in_a_stored_run_ends_it_in_error(thread_id: str) -> None:
@@ -80,6 +84,11 @@ def test_an_unknown_graph_in_a_stored_run_ends_it_in_error(thread_id: str) -> No
     assert runner.execute_run(run.pk) == "error"
     run.refresh_from_db()
     assert run.error["code"] == "graph_not_found"
+    assert (run.error["type"], run.error["graph_id"], run.error["node"]) == (
+        "GraphNotFound",
+        "gone",
+        None,
+    )
 
 
 def test_a_run_is_claimed_once_and_an_ended_run_not_again(thread_id: str) -> None:

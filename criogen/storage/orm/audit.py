@@ -12,7 +12,25 @@ from criogen.engine.store import (
 )
 from criogen.storage.orm.base import OrmBase
 
-__all__ = ["OrmAudit"]
+__all__ = ["OrmAudit", "of_earlier_thread"]
+
+
+def of_earlier_thread() -> Any:
+    """True for an audit event written before the row of its thread was created: it
+    belongs to an earlier thread of the same id (deleted, then created again), which the
+    thread of today does not show. The one rule for every reader of a thread's audit
+    trail (:meth:`OrmAudit.audit_events`, the dashboard's audit page); the events of a
+    thread that no longer exists all stay readable under its id.
+
+    A boolean expression over ``AuditEvent`` rows: ``qs.exclude(of_earlier_thread())``.
+    """
+    from django.db.models import Exists, OuterRef
+
+    from criogen.storage.models import Thread
+
+    return Exists(
+        Thread.objects.filter(pk=OuterRef("thread_id"), created_at__gt=OuterRef("created_at"))
+    )
 
 
 class OrmAudit(OrmBase):
@@ -70,7 +88,7 @@ class OrmAudit(OrmBase):
 
         qs = AuditEvent.objects.using(self.alias).all()
         if thread_id is not None:
-            qs = qs.filter(thread_id=thread_id)
+            qs = qs.filter(thread_id=thread_id).exclude(of_earlier_thread())
         return [
             AuditRecord(
                 e.action,

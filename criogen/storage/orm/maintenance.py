@@ -95,8 +95,14 @@ class OrmMaintenance(OrmAudit):
                 )
                 ids = {row.id: str(uuid.uuid4()) for row in rows}
                 head_id = ids.get(source.head_id) or None
+                # The copy's audit trail starts with the event of the copy.
+                born = timezone.now()
+                if audit is not None:
+                    born = min(born, audit.created_at)
                 Thread.objects.using(db).create(
                     id=new_thread_id,
+                    created_at=born,
+                    updated_at=born,
                     head_version=source.head_version,
                     head_id=head_id or "",
                     head_status=source.head_status,

@@ -435,6 +435,44 @@ def test_it_deletes_a_thread_with_all_its_checkpoints(storage: Storage, line: Li
     assert storage.head(line.thread_id).state == {"b": 2}  # type: ignore[union-attr]
 
 
+def test_a_thread_created_again_under_a_deleted_ones_id_has_only_its_own_audit_trail(
+    storage_url: str, thread_id: str, django_db_blocker: Any
+) -> None:
+    with django_db_blocker.unblock():
+        storage = Storage(storage_url, audit=True)
+        first = Line(thread_id)
+        assert storage.acquire(thread_id, first.run_id, seconds=LEASE)
+        w = first.next(sets(secret="first owner's"), source="input")
+        w = dataclasses.replace(w, audit=AuditRecord("input", thread_id, "olga", {}, door="api"))
+        storage.write([w], lease_id=first.run_id)
+        first.commit(w)
+        storage.record_audit("update_state", thread_id=thread_id, actor="olga", door="ui")
+        gone = AuditRecord("delete", thread_id, "olga", {}, door="api", before=w.checkpoint.id)
+        assert storage.delete_thread(thread_id, audit=gone)
+        # Once deleted, its whole trail stays readable under its id.
+        assert [e.action for e in storage.audit_events(thread_id=thread_id)] == [
+            "delete",
+            "update_state",
+            "input",
+        ]
+
+        time.sleep(0.002)  # a clock that moves on between the two threads
+        again = Line(thread_id)
+        assert storage.acquire(thread_id, again.run_id, seconds=LEASE)
+        w = again.next(sets(b=2), source="input")
+        w = dataclasses.replace(w, audit=AuditRecord("input", thread_id, "ivan", {}, door="api"))
+        storage.write([w], lease_id=again.run_id)
+        again.commit(w)
+
+        # The thread of today shows only its own events; the log keeps them all.
+        assert [(e.action, e.actor) for e in storage.audit_events(thread_id=thread_id)] == [
+            ("input", "ivan")
+        ]
+        everything = [e for e in storage.audit_events(limit=1000) if e.thread_id == thread_id]
+        assert [e.action for e in everything] == ["input", "delete", "update_state", "input"]
+        storage.close()
+
+
 def test_it_lists_thread_ids_most_recently_updated_first(storage: Storage, thread_id: str) -> None:
     lines = [Line(f"{thread_id}-{i}") for i in range(3)]
     for one in lines:

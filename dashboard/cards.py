@@ -85,7 +85,7 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any, user: Any = N
     if token and token != "NOTPROVIDED":  # noqa: S105 - Django's sentinel, not a secret
         field = format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', token)
     strip = claim_strip(
-        item.thread.pk, item.claim, user=user, can_act=can_act, csrf_field=field, where="inbox"
+        item.thread.pk, item.claim, user=user, can_act=can_act, csrf_field="", where="inbox"
     )
     html = html.replace(_AGE, waiting_age(item)).replace(_CSRF, field).replace(_CLAIM, strip)
     return mark_safe(html)  # noqa: S308 - rendered by the template; the fills are escaped

@@ -27,11 +27,12 @@ def claim_strip(
     where: str,
 ) -> SafeString:
     """``<div class="claim">`` for ``thread_id`` held by ``claim`` (None: nobody), as
-    ``user`` sees it; its form posts to the thread's ``claim/`` endpoint with
-    ``from=where`` (``inbox`` or ``thread``)."""
+    ``user`` sees it, with a button posting to the thread's ``claim/`` endpoint: on the
+    inbox (``where="inbox"``) through the page's ``#claim-form``, on the thread page
+    through a form of its own carrying ``csrf_field``."""
     mine = claim is not None and user is not None and claim.user_id == user.pk
     if claim is None:
-        text = format_html('<span class="muted" data-claim-holder="">unclaimed</span>')
+        text = mark_safe('<span class="muted" data-claim-holder="">unclaimed</span>')
         button, label = "claim", "Claim"
     else:
         since = timezone.localtime(claim.since)
@@ -46,19 +47,28 @@ def claim_strip(
         )
         button, label = ("release", "Release") if mine else ("take_over", "Take over")
     form = SafeString("")
-    if can_act:
+    if can_act and where == "inbox":
+        # The card's button submits the inbox's one claim form (its CSRF token and
+        # from=inbox live there, outside the live list): a kept card carries one token.
         url = thread_url(thread_id, "claim/")
-        target = "#inbox-list" if where == "inbox" else "#claim"
+        form = format_html(
+            '<button type="submit" form="claim-form" formaction="{url}" hx-post="{url}" '
+            'hx-target="#inbox-list" hx-swap="outerHTML" name="{button}" '
+            'data-claim-button="{button}">{label}</button>',
+            url=url,
+            button=button,
+            label=label,
+        )
+    elif can_act:
+        url = thread_url(thread_id, "claim/")
         form = format_html(
             '<form method="post" action="{url}" class="inline claim-form" hx-post="{url}" '
-            'hx-target="{target}" hx-swap="outerHTML">{csrf}'
-            '<input type="hidden" name="from" value="{where}">'
+            'hx-target="#claim" hx-swap="outerHTML">{csrf}'
+            '<input type="hidden" name="from" value="thread">'
             '<button type="submit" name="{button}" data-claim-button="{button}">{label}'
             "</button></form>",
             url=url,
-            target=target,
             csrf=mark_safe(csrf_field),  # noqa: S308 - built with format_html by the caller
-            where=where,
             button=button,
             label=label,
         )

@@ -22,9 +22,9 @@ commit: the inbox re-renders its list, a thread page its claim strip when the cl
 its thread's. Presence (who else has a thread open) needs no storage: each thread page's
 socket joins the thread's presence group (:func:`presence_group`), says ``presence.here``
 when it opens (the others answer it directly with their own ``presence.here``), repeats
-it every ``PRESENCE_HEARTBEAT`` seconds, and says ``presence.gone`` when it closes. Each
-socket keeps the others it heard from, and forgets one not heard from for
-``PRESENCE_TTL`` seconds: a process that died (and so could not say goodbye) drops out
+it every ``CRIOGEN_PRESENCE_HEARTBEAT`` seconds, and says ``presence.gone`` when it
+closes. Each socket keeps the others it heard from, and forgets one not heard from for
+``PRESENCE_TTL_FACTOR`` heartbeats: a process that died (and so could not say goodbye) drops out
 that way. With the Redis channel layer this works across processes, as events do.
 """
 
@@ -61,10 +61,14 @@ NOT_VISIBLE = 4404
 """Close code: the page's thread is not (or no longer) visible to the user."""
 
 
-PRESENCE_HEARTBEAT = 10.0
-"""Seconds between two ``presence.here`` of an open thread page."""
-PRESENCE_TTL = 2.5 * PRESENCE_HEARTBEAT
-"""A page not heard from for this long is no longer shown (its process died)."""
+PRESENCE_TTL_FACTOR = 2.5
+"""A page not heard from for this many heartbeats is no longer shown (its process died)."""
+
+
+def presence_heartbeat() -> float:
+    """Seconds between two ``presence.here`` of an open thread page (the setting
+    ``CRIOGEN_PRESENCE_HEARTBEAT``, 10 s by default)."""
+    return float(getattr(settings, "CRIOGEN_PRESENCE_HEARTBEAT", 10.0))
 
 
 def presence_group(thread_id: str) -> str:
@@ -351,7 +355,7 @@ class ThreadConsumer(LiveConsumer):
 
     async def _heartbeat(self) -> None:
         while not self._closed:
-            await asyncio.sleep(PRESENCE_HEARTBEAT)
+            await asyncio.sleep(presence_heartbeat())
             await self._announce(reply=False)
             await self._send_presence()
 
@@ -370,7 +374,7 @@ class ThreadConsumer(LiveConsumer):
 
     def viewers(self) -> list[str]:
         """Who else has this thread open (not this user's other tabs), by name."""
-        oldest = time.monotonic() - PRESENCE_TTL
+        oldest = time.monotonic() - PRESENCE_TTL_FACTOR * presence_heartbeat()
         for channel, (_, heard) in list(self.peers.items()):
             if heard < oldest:
                 del self.peers[channel]

@@ -30,12 +30,23 @@ def claim_of(thread: Thread) -> Claim | None:
 
 
 def claims_of(threads: Iterable[Thread]) -> dict[str, Claim]:
-    """The live claims of ``threads`` by thread id: one query for a whole page."""
-    heads = {t.pk: t.head_version for t in threads}
-    if not heads:
-        return {}
-    rows = Claim.objects.select_related("user").filter(thread_id__in=list(heads))
-    return {c.thread_id: c for c in rows if heads.get(c.thread_id) == c.version}
+    """The live claims of ``threads`` by thread id: none when their claim rows were
+    selected with them (``select_related("claim__user")``, as the inbox page does), else
+    one query for the whole page."""
+    threads = list(threads)
+    found: dict[str, Claim] = {}
+    missing = {}
+    for t in threads:
+        if Thread.claim.is_cached(t):  # type: ignore[attr-defined]
+            claim = getattr(t, "claim", None)
+            if claim is not None and claim.version == t.head_version:
+                found[t.pk] = claim
+        else:
+            missing[t.pk] = t.head_version
+    if missing:
+        rows = Claim.objects.select_related("user").filter(thread_id__in=list(missing))
+        found.update({c.thread_id: c for c in rows if missing.get(c.thread_id) == c.version})
+    return found
 
 
 def filter_claimed(qs: QuerySet[Thread], claim: str, user_id: Any) -> QuerySet[Thread]:

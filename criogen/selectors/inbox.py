@@ -59,14 +59,16 @@ def inbox_page(
     who: Who, *, limit: int, **filters: Any
 ) -> tuple[list[Thread], dict[str, CheckpointRow], int]:
     """The first ``limit`` of :func:`suspended_threads` (``filters`` as it takes them),
-    with their owners; their head checkpoint rows by id; and how many match in all.
+    with their owners and claim rows (see :func:`~criogen.selectors.claims.claims_of`);
+    their head checkpoint rows by id; and how many match in all.
 
     Three queries whatever the number of rows: the count, the threads (with owners), and
     their head checkpoints.
     """
     qs = suspended_threads(who, **filters)
     total = qs.count()
-    threads = list(qs.select_related("owner")[:limit])
+    # Their claims come in the same query (a thread has at most one claim row).
+    threads = list(qs.select_related("owner", "claim__user")[:limit])
     heads = {
         row.id: row
         for row in CheckpointRow.objects.filter(id__in=[t.head_id for t in threads if t.head_id])

@@ -181,8 +181,8 @@ def inbox_items(
 ) -> tuple[list[InboxItem], int]:
     """The inbox cards (at most ``limit``) and how many suspended threads match in all.
 
-    Four queries whatever the number of rows: the count, the threads (with owners),
-    their head checkpoints and their claims.
+    Three queries whatever the number of rows: the count, the threads (with owners and
+    claims), and their head checkpoints.
     """
     threads, heads, total = selectors.inbox_page(
         viewer(user), limit=limit, **_inbox_filters(filters), claimer=user.pk

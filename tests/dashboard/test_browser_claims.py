@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -75,3 +76,48 @@ def test_the_thread_page_shows_who_else_has_it_open(signed_in: Any, dashboard_se
 
     oscar.close()
     expect(olga.locator("#presence")).to_have_attribute("data-viewers", "")
+
+
+@pytest.fixture(scope="module")
+def two_processes(
+    tmp_path_factory: pytest.TempPathFactory, postgres_url: str
+) -> Iterator[tuple[Any, Any]]:
+    """Two dashboard servers (two processes) on one PostgreSQL database and one Redis
+    channel layer, as in production, with a 1 s presence heartbeat."""
+    from tests.conftest import START_REDIS, need_service
+    from tests.dashboard import live_server
+    from tests.dashboard.conftest import redis_available
+
+    need_service("Redis", redis_available(), START_REDIS)
+    tmp = tmp_path_factory.mktemp("presence")
+    options = {"REDIS_URL": "redis://127.0.0.1:6379/6", "CRIOGEN_PRESENCE_HEARTBEAT": "1"}
+    first = live_server.start(postgres_url, tmp, **options)
+    second = live_server.start(postgres_url, tmp, **options)
+    yield first, second
+    for server in (first, second):
+        if server.process.poll() is None:
+            live_server.stop(server)
+
+
+@pytest.mark.postgres
+def test_presence_and_claims_cross_processes_and_a_dead_process_drops_out(
+    signed_in: Any, two_processes: tuple[Any, Any]
+) -> None:
+    first, second = two_processes
+    tid = first.start_hitl(prefix="procs")
+    olga = signed_in("olga", first)
+    oscar = signed_in("oscar", second)
+    for page in (olga, oscar):
+        page.goto(f"/ui/threads/{tid}/")
+        wait_live(page)
+    expect(olga.locator("#presence")).to_have_attribute("data-viewers", "oscar")
+    expect(oscar.locator("#presence")).to_have_attribute("data-viewers", "olga")
+
+    oscar.locator("#claim [data-claim-button=claim]").click()
+    expect(olga.locator("#claim")).to_contain_text("Claimed by oscar")
+
+    # Oscar's server dies without closing anything: his heartbeats stop, and Olga's
+    # page drops him once they are overdue (2.5 heartbeats), not at once.
+    second.process.kill()
+    second.process.wait()
+    expect(olga.locator("#presence")).to_have_attribute("data-viewers", "", timeout=8_000)

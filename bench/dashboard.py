@@ -170,7 +170,16 @@ new MutationObserver(() => {
 """
 
 
-def live(suspensions: int) -> dict[str, Any]:
+_CLAIM_HALF = """
+from django.contrib.auth import get_user_model
+from criogen.services.claims import claim_thread
+oscar = get_user_model().objects.get(username="oscar")
+for tid in {ids!r}[::2]:
+    claim_thread(tid, by=oscar, door="python")
+"""
+
+
+def live(suspensions: int, *, claims: bool = False) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
     from tests.dashboard import live_server
@@ -183,6 +192,17 @@ def live(suspensions: int) -> dict[str, Any]:
     try:
         with sync_playwright() as playwright:
             browser = live_server.launch_browser(playwright)
+            if claims:
+                # Claims and presence on: 20 older threads wait, half claimed by Oscar
+                # (the inbox shows their strips), and Olga and Oscar both have one of
+                # them open (their thread pages exchange presence heartbeats).
+                older = [server.start_hitl(prefix="claimed") for _ in range(20)]
+                server.manage("shell", "-c", _CLAIM_HALF.format(ids=older))
+                for who in ("olga", "oscar"):
+                    watcher = live_server.sign_in(browser, server, who)
+                    watcher.goto(f"/ui/threads/{older[0]}/")
+                    watcher.wait_for_selector("body[data-live=open]")
+                    watcher.wait_for_selector("#claim [data-claim]")
             page = live_server.sign_in(browser, server, "olga")
             page.wait_for_selector("body[data-live=open]")
             page.evaluate(OBSERVER)
@@ -228,6 +248,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=30)
     parser.add_argument("--suspensions", type=int, default=100)
     parser.add_argument("--no-live", action="store_true")
+    parser.add_argument(
+        "--claims", action="store_true", help="live: with claimed threads and presence on"
+    )
     parser.add_argument("--render-child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.render_child:
@@ -240,7 +263,7 @@ def main() -> int:
     if not args.no_live:
         log(f"live latency over {args.suspensions} suspensions…")
         try:
-            result["live"] = live(args.suspensions)
+            result["live"] = live(args.suspensions, claims=args.claims)
         except Exception as exc:
             result["live"] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
     print(json.dumps(result, indent=2))

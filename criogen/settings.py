@@ -238,6 +238,10 @@ CRIOGEN_INPROCESS_WORKERS = envint("CRIOGEN_INPROCESS_WORKERS", 4)
 # How often the in-process runner sweeps expired threads and fires deadlines (seconds;
 # 0 turns its timer off, the reaper included).
 CRIOGEN_SWEEP_SECONDS = envint("CRIOGEN_SWEEP_SECONDS", 60)
+# Presence on the dashboard's thread pages (who else has it open): each page's socket
+# says it is there this often; a page not heard from for 2.5 times as long is dropped
+# (its server process died without saying goodbye).
+CRIOGEN_PRESENCE_HEARTBEAT = envfloat("CRIOGEN_PRESENCE_HEARTBEAT", 10.0)
 # Graph id -> "module.path:attribute" of a Workflow, CompiledWorkflow or Agent.
 CRIOGEN_ASSISTANTS: dict[str, str] = {
     "steps": "criogen.examples.steps:workflow",

@@ -37,16 +37,19 @@ highlighted JSON is cut) must not let 2,000 of them take hundreds of megabytes."
 
 _AGE = "<criogen-age>"
 _CSRF = "<criogen-csrf>"
+_CLAIM = "<criogen-claim>"
 
 _kept: OrderedDict[Hashable, str] = OrderedDict()
 _kept_chars = 0
 _lock = threading.Lock()
 
 
-def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any) -> SafeString:
+def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any, user: Any = None) -> SafeString:
     """The card of ``item`` as ``dashboard/inbox.html#inbox-card`` renders it, for a
     viewer who may act (``can_act``) with ``csrf_token`` (as the ``{% csrf_token %}``
-    tag would print it: nothing when absent)."""
+    tag would print it: nothing when absent). Its claim strip (who holds the thread,
+    see :mod:`dashboard.claims`) is filled in on every render, as ``user`` sees it."""
+    from dashboard.claims import claim_strip
     from dashboard.templatetags.criogen_ui import waiting_age
 
     owner = item.thread.owner.get_username() if item.thread.owner_id else ""
@@ -66,7 +69,13 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any) -> SafeString
         if html is not None:
             _kept.move_to_end(key)
     if html is None:
-        context = {"item": item, "can_act": can_act, "age_mark": _AGE, "csrf_mark": _CSRF}
+        context = {
+            "item": item,
+            "can_act": can_act,
+            "age_mark": _AGE,
+            "csrf_mark": _CSRF,
+            "claim_mark": _CLAIM,
+        }
         html = render_to_string("dashboard/inbox.html#inbox-card", context)
         _keep(key, html)
     # As the {% csrf_token %} tag prints it: nothing without a token or for the
@@ -75,7 +84,10 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any) -> SafeString
     field = ""
     if token and token != "NOTPROVIDED":  # noqa: S105 - Django's sentinel, not a secret
         field = format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', token)
-    html = html.replace(_AGE, waiting_age(item)).replace(_CSRF, field)
+    strip = claim_strip(
+        item.thread.pk, item.claim, user=user, can_act=can_act, csrf_field="", where="inbox"
+    )
+    html = html.replace(_AGE, waiting_age(item)).replace(_CSRF, field).replace(_CLAIM, strip)
     return mark_safe(html)  # noqa: S308 - rendered by the template; the fills are escaped
 
 

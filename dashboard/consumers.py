@@ -16,12 +16,24 @@ checks again on ``user.changed`` (deactivation, demotion, password change), befo
 every push, and when the session's expiry date passes. Close codes: 4401 signed out
 (the page needs a new sign-in), 4403 the user's rights changed (reload), 4404 the page's
 thread is no longer visible.
+
+Claims (criogen.services.claims) send ``claim.changed`` to the ``inbox`` group after
+commit: the inbox re-renders its list, a thread page its claim strip when the claim is
+its thread's. Presence (who else has a thread open) needs no storage: each thread page's
+socket joins the thread's presence group (:func:`presence_group`), says ``presence.here``
+when it opens (the others answer it directly with their own ``presence.here``), repeats
+it every ``CRIOGEN_PRESENCE_HEARTBEAT`` seconds, and says ``presence.gone`` when it
+closes. Each socket keeps the others it heard from, and forgets one not heard from for
+``PRESENCE_TTL_FACTOR`` heartbeats: a process that died (and so could not say goodbye) drops out
+that way. With the Redis channel layer this works across processes, as events do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import time
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
@@ -33,6 +45,7 @@ from django.contrib.auth import get_user_model
 from django.http import Http404, QueryDict
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from criogen.events import INBOX_GROUP, thread_group
 from dashboard.access import session_group, session_user, user_group
@@ -46,6 +59,21 @@ RIGHTS_CHANGED = 4403
 """Close code: the user may now do more or less than the page shows."""
 NOT_VISIBLE = 4404
 """Close code: the page's thread is not (or no longer) visible to the user."""
+
+
+PRESENCE_TTL_FACTOR = 2.5
+"""A page not heard from for this many heartbeats is no longer shown (its process died)."""
+
+
+def presence_heartbeat() -> float:
+    """Seconds between two ``presence.here`` of an open thread page (the setting
+    ``CRIOGEN_PRESENCE_HEARTBEAT``, 10 s by default)."""
+    return float(getattr(settings, "CRIOGEN_PRESENCE_HEARTBEAT", 10.0))
+
+
+def presence_group(thread_id: str) -> str:
+    """The Channels group of the pages showing a thread (presence only)."""
+    return "presence-" + hashlib.sha1(str(thread_id).encode()).hexdigest()[:32]  # noqa: S324
 
 
 def _oob(html: str) -> str:
@@ -246,6 +274,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def run_changed(self, event: dict[str, Any]) -> None:
         self.schedule()
 
+    async def claim_changed(self, event: dict[str, Any]) -> None:
+        """Someone claimed, took over or released a thread: only the inbox shows it."""
+
 
 class NavConsumer(LiveConsumer):
     """Pages without live content of their own (threads list, audit): the nav count."""
@@ -253,6 +284,9 @@ class NavConsumer(LiveConsumer):
 
 class InboxConsumer(LiveConsumer):
     """The inbox: its list (with the page's filters, from the query string) and count."""
+
+    async def claim_changed(self, event: dict[str, Any]) -> None:
+        self.schedule()
 
     def render(self) -> str:
         from dashboard.views.inbox import inbox_context
@@ -283,10 +317,88 @@ class ThreadConsumer(LiveConsumer):
         self.before = int(before) if before.isdigit() else None
         self.last_waiting = ""
         self.note: Any = None
+        self.peers: dict[str, tuple[str, float]] = {}  # channel -> (username, last heard)
+        self.shown_viewers: list[str] = []
+        self._presence_task: asyncio.Task[None] | None = None
         return True
 
     def page_groups(self) -> list[str]:
-        return [thread_group(self.thread_id), INBOX_GROUP]
+        return [thread_group(self.thread_id), INBOX_GROUP, presence_group(self.thread_id)]
+
+    async def accept(self, subprotocol: str | None = None, headers: Any = None) -> None:
+        await super().accept(subprotocol, headers)
+        await self._announce(reply=True)
+        self._presence_task = asyncio.ensure_future(self._heartbeat())
+
+    async def _leave(self) -> None:
+        task, self._presence_task = getattr(self, "_presence_task", None), None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        if task is not None:  # it was accepted: say goodbye once
+            await self.channel_layer.group_send(
+                presence_group(self.thread_id),
+                {"type": "presence.gone", "channel": self.channel_name},
+            )
+        await super()._leave()
+
+    async def _announce(self, *, reply: bool, to: str | None = None) -> None:
+        event = {
+            "type": "presence.here",
+            "channel": self.channel_name,
+            "user": self.user.get_username(),
+            "reply": reply,
+        }
+        if to is None:
+            await self.channel_layer.group_send(presence_group(self.thread_id), event)
+        else:
+            await self.channel_layer.send(to, event)
+
+    async def _heartbeat(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(presence_heartbeat())
+            await self._announce(reply=False)
+            await self._send_presence()
+
+    async def presence_here(self, event: dict[str, Any]) -> None:
+        channel = str(event.get("channel") or "")
+        if not channel or channel == self.channel_name or self._closed:
+            return
+        self.peers[channel] = (str(event.get("user") or ""), time.monotonic())
+        if event.get("reply"):  # a new page: tell it we are here too
+            await self._announce(reply=False, to=channel)
+        await self._send_presence()
+
+    async def presence_gone(self, event: dict[str, Any]) -> None:
+        if self.peers.pop(str(event.get("channel") or ""), None) is not None:
+            await self._send_presence()
+
+    def viewers(self) -> list[str]:
+        """Who else has this thread open (not this user's other tabs), by name."""
+        oldest = time.monotonic() - PRESENCE_TTL_FACTOR * presence_heartbeat()
+        for channel, (_, heard) in list(self.peers.items()):
+            if heard < oldest:
+                del self.peers[channel]
+        me = self.user.get_username()
+        return sorted({name for name, _ in self.peers.values() if name and name != me})
+
+    async def _send_presence(self) -> None:
+        viewers = self.viewers()
+        if self._closed or viewers == self.shown_viewers:
+            return
+        self.shown_viewers = viewers
+        names = format_html_join(
+            ", ", '<strong class="viewer">{}</strong>', ((n,) for n in viewers)
+        )
+        html = format_html(
+            '<p id="presence" class="presence muted" aria-live="polite" data-viewers="{}">{}</p>',
+            ",".join(viewers),
+            format_html("Also here: {}", names) if viewers else "",
+        )
+        await self.send(text_data=_oob(html))
+
+    async def claim_changed(self, event: dict[str, Any]) -> None:
+        if event.get("thread_id") == self.thread_id:
+            self.schedule()
 
     def still_visible(self) -> bool:
         try:
@@ -301,6 +413,7 @@ class ThreadConsumer(LiveConsumer):
 
     def render(self) -> str:
         from dashboard import actions
+        from dashboard.views.claims import claim_context
         from dashboard.views.threads import actions_context, timeline_context
 
         thread = get_thread_for_user(self.user, self.thread_id)
@@ -316,11 +429,13 @@ class ThreadConsumer(LiveConsumer):
             self.note = None
         context["outcome"] = self.note
         self.last_waiting = waiting.checkpoint_id if waiting else ""
+        context.update(claim_context(self.user, thread))
         return (
             "".join(
                 _oob(render_to_string(name, context))
                 for name in (
                     "dashboard/thread.html#thread-header",
+                    "dashboard/thread.html#claim",
                     "dashboard/thread.html#timeline",
                     "dashboard/thread.html#actions",
                 )

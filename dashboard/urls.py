@@ -16,6 +16,7 @@ urlpatterns = [
     path("ui/threads/", views.threads, name="threads"),
     path("ui/threads/<thread:thread_id>/", views.thread, name="thread"),
     path("ui/threads/<thread:thread_id>/act/", views.thread_act, name="thread_act"),
+    path("ui/threads/<thread:thread_id>/claim/", views.thread_claim, name="thread_claim"),
     path(
         "ui/threads/<thread:thread_id>/checkpoints/<str:checkpoint_id>/",
         views.checkpoint,

@@ -18,7 +18,7 @@ Nothing here writes. One module per concern; every name is importable from
   :mod:`~criogen.selectors.crons`: the REST resources of those names.
 - :mod:`~criogen.selectors.inbox`, :mod:`~criogen.selectors.thread_list`,
   :mod:`~criogen.selectors.audit`: the operator console's inbox, threads list and
-  audit log.
+  audit log; :mod:`~criogen.selectors.claims`: who holds which suspended thread.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from criogen.selectors.checkpoints import (
     run_checkpoint_ids,
     timeline,
 )
+from criogen.selectors.claims import CLAIM_FILTERS, claim_of, claims_of, filter_claimed
 from criogen.selectors.crons import count_crons, cron_for, search_crons
 from criogen.selectors.inbox import inbox_assistants, inbox_page, suspended_threads
 from criogen.selectors.runs import (
@@ -79,6 +80,10 @@ from criogen.selectors.visibility import (
 )
 
 __all__ = [
+    "CLAIM_FILTERS",
+    "claim_of",
+    "claims_of",
+    "filter_claimed",
     "HEAD_STATUSES",
     "RunNotFound",
     "SORT_FIELDS",

@@ -10,6 +10,7 @@ from django.db import connections
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 
+from criogen.selectors.claims import filter_claimed
 from criogen.selectors.visibility import Who, visible_threads
 from criogen.storage.models import Checkpoint as CheckpointRow
 from criogen.storage.models import Thread
@@ -24,10 +25,13 @@ def suspended_threads(
     tool: str = "",
     older_than: int | None = None,
     q: str = "",
+    claim: str = "",
+    claimer: Any = None,
 ) -> QuerySet[Thread]:
     """Suspended threads ``who`` may see, oldest waiting first: of ``assistant`` (its
     graph or assistant id), waiting on a call to ``tool``, waiting at least
-    ``older_than`` minutes, whose id or owner's name contains ``q``."""
+    ``older_than`` minutes, whose id or owner's name contains ``q``, held by the user
+    ``claimer`` (``claim="mine"``) or by nobody (``claim="unclaimed"``)."""
     # Thread.updated_at moves with the head, so for a suspended thread it is the moment it
     # suspended; (head_status, updated_at) is indexed for exactly this query.
     qs = visible_threads(who).filter(head_status="suspended")
@@ -46,6 +50,8 @@ def suspended_threads(
         qs = qs.filter(updated_at__lte=timezone.now() - timedelta(minutes=older_than))
     if q:
         qs = qs.filter(Q(id__icontains=q) | Q(owner__username__icontains=q))
+    if claim:
+        qs = filter_claimed(qs, claim, claimer)
     return qs.order_by("updated_at", "id")
 
 
@@ -53,14 +59,16 @@ def inbox_page(
     who: Who, *, limit: int, **filters: Any
 ) -> tuple[list[Thread], dict[str, CheckpointRow], int]:
     """The first ``limit`` of :func:`suspended_threads` (``filters`` as it takes them),
-    with their owners; their head checkpoint rows by id; and how many match in all.
+    with their owners and claim rows (see :func:`~criogen.selectors.claims.claims_of`);
+    their head checkpoint rows by id; and how many match in all.
 
     Three queries whatever the number of rows: the count, the threads (with owners), and
     their head checkpoints.
     """
     qs = suspended_threads(who, **filters)
     total = qs.count()
-    threads = list(qs.select_related("owner")[:limit])
+    # Their claims come in the same query (a thread has at most one claim row).
+    threads = list(qs.select_related("owner", "claim__user")[:limit])
     heads = {
         row.id: row
         for row in CheckpointRow.objects.filter(id__in=[t.head_id for t in threads if t.head_id])

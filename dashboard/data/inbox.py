@@ -69,6 +69,8 @@ class InboxItem:
     payload: Any = None
     calls: list[WaitingCall] = field(default_factory=list)
     interrupts: list[dict[str, Any]] = field(default_factory=list)
+    claim: Any = None
+    """The operator's claim on this suspension (a ``Claim`` with its user), or None."""
 
     # Cached: a card links its thread twice and its decision URL twice.
     @cached_property
@@ -140,16 +142,20 @@ class InboxFilters:
     older_than: int | None = None
     """Minutes: only threads waiting at least this long."""
     q: str = ""
+    claim: str = ""
+    """``mine`` (held by the viewer), ``unclaimed``, or empty for all."""
 
     @classmethod
     def from_query(cls, query: Any) -> InboxFilters:
         """Read the filters from a QueryDict (bad numbers are ignored, not errors)."""
         older = str(query.get("older_than") or "").strip()
+        claim = str(query.get("claim") or "").strip()
         return cls(
             assistant=str(query.get("assistant") or "").strip(),
             tool=str(query.get("tool") or "").strip(),
             older_than=int(older) if older.isdigit() else None,
             q=str(query.get("q") or "").strip(),
+            claim=claim if claim in ("mine", "unclaimed") else "",
         )
 
     def as_query(self) -> str:
@@ -161,6 +167,7 @@ class InboxFilters:
             "tool": self.tool,
             "older_than": "" if self.older_than is None else str(self.older_than),
             "q": self.q,
+            "claim": self.claim,
         }
         return urlencode({k: v for k, v in items.items() if v})
 
@@ -174,12 +181,13 @@ def inbox_items(
 ) -> tuple[list[InboxItem], int]:
     """The inbox cards (at most ``limit``) and how many suspended threads match in all.
 
-    Three queries whatever the number of rows: the count, the threads (with owners), and
-    their head checkpoints.
+    Three queries whatever the number of rows: the count, the threads (with owners and
+    claims), and their head checkpoints.
     """
     threads, heads, total = selectors.inbox_page(
-        viewer(user), limit=limit, **_inbox_filters(filters)
+        viewer(user), limit=limit, **_inbox_filters(filters), claimer=user.pk
     )
+    claims = selectors.claims_of(threads)
     items = []
     for thread in threads:
         row = heads.get(thread.head_id)
@@ -197,6 +205,7 @@ def inbox_items(
                 payload=payload,
                 calls=calls,
                 interrupts=interrupts,
+                claim=claims.get(thread.pk),
             )
         )
     return items, total
@@ -204,7 +213,13 @@ def inbox_items(
 
 def _inbox_filters(filters: InboxFilters | None) -> dict[str, Any]:
     f = filters or InboxFilters()
-    return {"assistant": f.assistant, "tool": f.tool, "older_than": f.older_than, "q": f.q}
+    return {
+        "assistant": f.assistant,
+        "tool": f.tool,
+        "older_than": f.older_than,
+        "q": f.q,
+        "claim": f.claim,
+    }
 
 
 def inbox_count(user: User) -> int:

@@ -200,7 +200,12 @@ def inbox_card(context: template.Context, item: Any) -> SafeString:
     :mod:`dashboard.cards`)."""
     from dashboard.cards import inbox_card as card
 
-    return card(item, can_act=bool(context.get("can_act")), csrf_token=context.get("csrf_token"))
+    return card(
+        item,
+        can_act=bool(context.get("can_act")),
+        csrf_token=context.get("csrf_token"),
+        user=context.get("user"),
+    )
 
 
 @register.filter
@@ -372,3 +377,25 @@ def _event_row(event: Any, tz: Any) -> str:
 def _short(value: Any, limit: int = 120) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@register.simple_tag(takes_context=True)
+def thread_claim_strip(context: template.Context) -> SafeString:
+    """The thread page's claim strip (see :mod:`dashboard.claims`)."""
+    from django.utils.html import format_html
+
+    from dashboard.claims import claim_strip
+
+    token = context.get("csrf_token")
+    token = str(token) if token else ""
+    field = ""
+    if token and token != "NOTPROVIDED":  # noqa: S105 - Django's sentinel, not a secret
+        field = format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', token)
+    return claim_strip(
+        context["thread"].pk,
+        context.get("claim"),
+        user=context.get("user"),
+        can_act=bool(context.get("can_act")),
+        csrf_field=field,
+        where="thread",
+    )

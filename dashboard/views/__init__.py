@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dashboard.views.audit import audit
+from dashboard.views.claims import thread_claim
 from dashboard.views.inbox import inbox, inbox_bulk
 from dashboard.views.site import favicon
 from dashboard.views.threads import (
@@ -25,6 +26,7 @@ __all__ = [
     "rewind_confirm",
     "thread",
     "thread_act",
+    "thread_claim",
     "threads",
     "tokens",
 ]

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from criogen.selectors import checkpoint_row, viewer, visible_threads
+from criogen.selectors import CLAIM_FILTERS, checkpoint_row, viewer, visible_threads
 from dashboard import actions
 from dashboard.data import (
     InboxFilters,
@@ -48,6 +48,7 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
     context.update(inbox_context(request.user, filters, can_act=context["can_act"]))
     context["assistants"] = inbox_assistants(request.user)
     context["ages"] = AGES
+    context["claim_choices"] = CLAIM_FILTERS
     if request.htmx:
         return render(request, "dashboard/inbox.html#inbox-list", context)
     return render(request, "dashboard/inbox.html", context)

@@ -34,6 +34,7 @@ from dashboard.data import (
     transcript,
 )
 from dashboard.forms import FormError, decisions_from, parse_json
+from dashboard.views.claims import claim_context
 from dashboard.views.common import HtmxHttpRequest, base_context, render_parts, require_operator
 
 if TYPE_CHECKING:
@@ -222,6 +223,7 @@ def thread(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
     context.update(actions_context(request.user, t, can_act=context["can_act"]))
     context.update(timeline_context(t, before=_before(request), selected_id=at))
     context.update(panel_context(t, at))
+    context.update(claim_context(request.user, t))
     return render(request, "dashboard/thread.html", context)
 
 

@@ -4,6 +4,7 @@ Django finds its models."""
 from __future__ import annotations
 
 from criogen.storage.models.agents import AuditEvent, Decision, Document, Effect, MemoryFact
+from criogen.storage.models.claims import Claim
 from criogen.storage.models.crons import Cron
 from criogen.storage.models.langgraph import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
 from criogen.storage.models.outbound import OutboundAttempt
@@ -17,6 +18,7 @@ __all__ = [
     "Assistant",
     "AuditEvent",
     "Checkpoint",
+    "Claim",
     "Cron",
     "DeadlineFiring",
     "Decision",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import hashlib
 import json
 import logging
@@ -156,7 +157,7 @@ class _Publisher:
                     continue
                 server = self.server_loop
                 if isinstance(layer, InMemoryChannelLayer) and server and server.is_running():
-                    sent = asyncio.run_coroutine_threadsafe(layer.group_send(group, event), server)
+                    sent = _send_in(server, layer, group, event)
                     await asyncio.wait_for(asyncio.wrap_future(sent), self.SEND_TIMEOUT)
                 else:
                     await asyncio.wait_for(layer.group_send(group, event), self.SEND_TIMEOUT)
@@ -170,6 +171,32 @@ class _Publisher:
                     self._queued -= 1
                     if self._queued == 0:
                         self._idle.notify_all()
+
+
+def _send_in(
+    loop: asyncio.AbstractEventLoop, layer: Any, group: str, event: dict[str, Any]
+) -> concurrent.futures.Future[None]:
+    """``layer.group_send(group, event)`` run on ``loop`` (another thread's).
+
+    The coroutine is made on ``loop`` when it starts the send, not here: a loop that
+    stops first (a request's own loop) drops a callback, where it would drop a
+    coroutine never awaited (a RuntimeWarning when it is collected)."""
+    result: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def finish(task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            result.set_exception(asyncio.CancelledError())
+        elif (error := task.exception()) is not None:
+            result.set_exception(error)
+        else:
+            result.set_result(None)
+
+    def start() -> None:
+        if result.set_running_or_notify_cancel():  # else: given up on meanwhile
+            loop.create_task(layer.group_send(group, event)).add_done_callback(finish)
+
+    loop.call_soon_threadsafe(start)
+    return result
 
 
 def _server_loop() -> asyncio.AbstractEventLoop | None:

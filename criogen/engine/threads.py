@@ -34,11 +34,19 @@ from typing import Any
 
 from criogen.engine.active_run import ActiveRun
 from criogen.engine.checkpoints import Checkpoint, Status
-from criogen.engine.errors import InvalidArgument, StaleHead, StateTooLarge
+from criogen.engine.errors import AlreadyDecided, InvalidArgument, StaleHead, StateTooLarge
 from criogen.engine.state import encode
 from criogen.engine.store import AuditRecord, Storage
 
-__all__ = ["DOORS", "ThreadBase", "check_door", "check_expected", "check_state_size"]
+__all__ = [
+    "ANSWER_ACTIONS",
+    "DOORS",
+    "ThreadBase",
+    "check_answered",
+    "check_door",
+    "check_expected",
+    "check_state_size",
+]
 
 DOORS = ("ui", "api", "python", "deadline", "cron")
 """Where an action on a thread can come from."""
@@ -66,6 +74,31 @@ def check_state_size(storage: Storage, thread_id: str, state: Mapping[str, Any])
             size=size,
             limit=limit,
         )
+
+
+ANSWER_ACTIONS = ("resume", "decide", "approve", "reject", "respond")
+"""The audit actions that answer a suspension."""
+
+
+def check_answered(storage: Storage, thread_id: str, expected: str) -> None:
+    """Raise :class:`AlreadyDecided` naming who answered the suspension ``expected``
+    (a checkpoint id the caller answered), when its answer is in the thread's audit
+    trail: a second answer to one suspension is "already decided", not a stale head."""
+    answers = [
+        event
+        for event in storage.audit_events(thread_id=thread_id)
+        if event.before == expected and event.action in ANSWER_ACTIONS
+    ]
+    if not answers:
+        return
+    first = answers[-1]  # newest first: the last is the first answer
+    raise AlreadyDecided(
+        f"thread {thread_id!r} was already answered by {first.actor or 'someone'}; "
+        "nothing was changed.",
+        thread_id=thread_id,
+        decided_by=first.actor,
+        decided_at=first.created_at.isoformat(),
+    )
 
 
 def check_expected(thread_id: str, head: Checkpoint | None, expected: str | None) -> None:

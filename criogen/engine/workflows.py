@@ -72,7 +72,13 @@ from criogen.engine.state import (
     compose,
 )
 from criogen.engine.store import Storage
-from criogen.engine.threads import ThreadBase, check_door, check_expected, check_state_size
+from criogen.engine.threads import (
+    ThreadBase,
+    check_answered,
+    check_door,
+    check_expected,
+    check_state_size,
+)
 
 __all__ = [
     "END",
@@ -570,6 +576,8 @@ class WorkflowThread(ThreadBase):
             head = active.head
             if snapshot is not None:
                 head = _adopt_snapshot(active, head, snapshot)
+            if mode == "resume" and expected is not None and (head is None or head.id != expected):
+                check_answered(self.storage, self.id, expected)
             check_expected(self.id, head, expected)
             if audit is not None:
                 # The run's first stored checkpoint carries the event.

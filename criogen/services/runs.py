@@ -39,7 +39,7 @@ from criogen.engine.errors import (
     ThreadNotFound,
 )
 from criogen.engine.state import check_json
-from criogen.engine.threads import check_door, check_expected
+from criogen.engine.threads import ANSWER_ACTIONS, check_door, check_expected
 from criogen.outbound import check_webhook_url
 from criogen.registry import get_graph, storage
 from criogen.selectors import RunNotFound
@@ -66,7 +66,7 @@ __all__ = [
 logger = logging.getLogger("criogen.services.runs")
 
 MULTITASK_STRATEGIES = ("reject", "interrupt", "rollback", "enqueue")
-ANSWERS = ("resume", "decide", "approve", "reject", "respond")
+ANSWERS = ANSWER_ACTIONS
 """The audit actions that answer a suspension."""
 CANCEL_ACTIONS = ("interrupt", "rollback")
 ENDED = ("success", "error", "interrupted", "timeout")

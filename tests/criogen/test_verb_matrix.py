@@ -235,15 +235,7 @@ def _refused_over_http(response: Any, code: str) -> None:
 @pytest.mark.parametrize(
     "door",
     [
-        pytest.param(
-            "python",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="criogen/engine/workflows.py _go (check_expected, line ~546) refuses "
-                "a second resume of the same suspension with stale_head, not "
-                "already_decided as agents and the services do",
-            ),
-        ),
+        "python",
         "api",
         "ui",
         "deadline",

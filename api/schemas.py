@@ -263,7 +263,9 @@ StreamModeName = Literal[
 
 class CommandIn(In):
     """``{"resume": value}`` answers the thread's suspension (an HITLResponse for an
-    agent's approval). ``update`` and ``goto`` are refused with 422."""
+    agent's approval); ``update`` changes values first; ``goto: "__end__"`` resolves
+    the suspension without running what waited, ``goto: node`` (workflows) continues
+    from that node."""
 
     resume: Any = None
     update: Any = None

@@ -493,6 +493,44 @@ class WorkflowThread(ThreadBase):
         audit = self._audit_event("retry", by=by, door=door, details={})
         return self._go("retry", audit=audit, expected=expected, **options)
 
+    def goto(
+        self,
+        node: str,
+        *,
+        by: str | None = None,
+        door: str = "python",
+        expected: str | None = None,
+        **options: Any,
+    ) -> RunResult:
+        """Leave the pending suspension without answering it and continue from ``node``
+        (the suspended step is not run again); ``"__end__"`` resolves the thread
+        instead (:meth:`resolve`: it completes, nothing more runs). One audit event
+        (``goto``, or ``resolve``) names ``by`` and ``door``.
+
+        Raises InvalidArgument naming ``goto`` (not a node of this workflow),
+        NotSuspended, StaleHead (the head is not ``expected``), ThreadBusy.
+        """
+        self.check_goto(node)
+        if node == END:
+            checkpoint = self.resolve(by=by, door=door, expected=expected, **options)
+            return RunResult(
+                "completed", checkpoint.state, checkpoint, self.id, checkpoint.run_id or ""
+            )
+        audit = self._audit_event("goto", by=by, door=door, details={"node": node})
+        return self._go("goto", value=node, audit=audit, expected=expected, **options)
+
+    def check_goto(self, node: Any) -> None:
+        """InvalidArgument naming ``goto`` unless ``node`` is a node of this workflow or
+        ``"__end__"``."""
+        if node == END:
+            return
+        if not isinstance(node, str) or node not in self.app.graph.nodes:
+            known = ", ".join([*self.app.graph.nodes, END])
+            raise InvalidArgument(
+                f"goto {node!r} is not a node of {self.app.name!r} (use one of: {known}).",
+                field="goto",
+            )
+
     def check_answer(self, value: Any) -> None:
         check_json(value, "resume value")
         head = self.head
@@ -556,7 +594,7 @@ class WorkflowThread(ThreadBase):
 
     def _go(
         self,
-        mode: Literal["turn", "resume", "retry"],
+        mode: Literal["turn", "resume", "retry", "goto"],
         *,
         input: Mapping[str, Any] | None = None,
         value: Any = None,
@@ -614,7 +652,7 @@ class _Execution:
 
     def start(
         self,
-        mode: Literal["turn", "resume", "retry"],
+        mode: Literal["turn", "resume", "retry", "goto"],
         head: Checkpoint | None,
         input: Mapping[str, Any] | None,
         value: Any,
@@ -654,13 +692,17 @@ class _Execution:
                 )
                 return self._steps(state, nxt, {})
             assert head is not None or mode != "resume" or status is None
-            if mode == "resume":
+            if mode in ("resume", "goto"):
                 if status != "suspended" or head is None:
                     raise NotSuspended(
                         f"thread {thread_id!r} is not suspended (its head is "
-                        f"{status or 'empty'}); there is nothing to resume.",
+                        f"{status or 'empty'}); there is nothing to {mode}.",
                         thread_id=thread_id,
                     )
+                if mode == "goto":
+                    # The suspended step is left as it stands (what its other nodes
+                    # finished is dropped with it); the run goes on from ``value``.
+                    return self._steps(head.state, [value], {})
                 return self._steps(head.state, list(head.next), self._resumed(head, value))
             if head is None or status not in ("failed", "in_progress"):
                 raise NothingToRetry(

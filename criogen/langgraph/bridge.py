@@ -193,6 +193,16 @@ class BridgeThread(WorkflowThread):
     LangChain's middleware will read it (one decision per action, an allowed type, the
     arguments' digest) before any run is made."""
 
+    def check_goto(self, node: Any) -> None:
+        """A bridged graph's own nodes run inside one Criogen step: only ``"__end__"``
+        (resolve the suspension) can be honoured."""
+        if node != END:
+            raise InvalidArgument(
+                f"goto {node!r}: a bridged LangGraph graph can only go to '__end__' "
+                "(resolve the suspension); answer it with command.resume instead.",
+                field="goto",
+            )
+
     def check_answer(self, value: Any) -> None:
         head = self.head
         if head is not None and head.status == "suspended" and head.interrupts:

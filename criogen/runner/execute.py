@@ -195,6 +195,10 @@ def _call(run: Run, stop: _Stop) -> Any:
         return _ended(head)
     if kwargs.get("action") == "retry":
         return thread.retry(**options, **actor)
+    if run.command is not None and run.command.get("goto") is not None:
+        # command.goto: "__end__" resolves the suspension without running what waited;
+        # a workflow's node continues from there (checked when the run was created).
+        return thread.goto(run.command["goto"], **options, **actor)
     if run.command is not None and "resume" in run.command:
         return thread.resume(run.command.get("resume"), **options, **actor)
     if run.command is not None:

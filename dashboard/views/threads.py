@@ -109,6 +109,7 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
         "answer": waiting_answer(waiting),
         "interrupted": interrupted,
         "paused": paused,
+        "resolved": resolved_by_person(head, body) if thread.head_status == "completed" else None,
         "can_retry": thread.head_status == "failed" or interrupted,
         # The state can be edited whenever no run holds the thread.
         "can_edit_state": bool(thread.head_id) and not thread.lease_alive,
@@ -116,6 +117,15 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
         "can_act": can_act,
         "user": user,
     }
+
+
+def resolved_by_person(head: Any, body: dict[str, Any]) -> dict[str, Any] | None:
+    """Who closed the suspension at the head without running what waited (a goto
+    ``__end__``: a completed ``fork`` with ``resolved_by``), and when; else None."""
+    meta = body.get("metadata") or {}
+    if head is None or head.source != "fork" or "resolved_by" not in meta:
+        return None
+    return {"by": str(meta.get("resolved_by") or ""), "at": head.created_at}
 
 
 def paused_by_person(thread: Thread, head: Any, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -268,6 +278,7 @@ ACTIONS = (
     "rewind",
     "save_state",
     "cancel",
+    "resolve",
 )
 
 
@@ -278,7 +289,8 @@ def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
 
     ``approve`` / ``reject`` (with ``reason``) / ``edit`` (``args-0``) / ``decide``
     (per call) answer an agent's approval request; ``resume`` answers a workflow with the
-    JSON ``value``; ``retry`` continues a failed or interrupted run; ``rewind`` forks at
+    JSON ``value``; ``resolve`` closes the suspension without running what waited;
+    ``retry`` continues a failed or interrupted run; ``rewind`` forks at
     ``checkpoint``. ``expected`` is the suspension the operator saw: if the thread moved
     on, nothing changes and the page says who decided and when.
 
@@ -392,6 +404,8 @@ def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> a
         if not target:
             raise FormError("checkpoint", "Choose the checkpoint to rewind to.")
         return actions.rewind(thread=t, checkpoint_id=target, expected=expected or None, user=user)
+    if button == "resolve":
+        return actions.resolve(thread=t, expected=expected, user=user)
     if button in ("resume", "choice"):
         row = checkpoint_row(thread_id=t.pk, checkpoint_id=expected)
         interrupts = list(body_of(row).get("interrupts") or []) if row is not None else []

@@ -44,12 +44,16 @@ def test_mark_as_resolved_queues_one_goto_end_by_the_operator(
     assert Run.objects.filter(thread_id=t.pk).count() == 1
 
 
-def test_the_page_says_who_resolved_it(as_operator: Client, suspended_workflow: Any) -> None:
+def test_the_page_says_who_resolved_it(
+    as_operator: Client, suspended_workflow: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry.storage(), "audit_enabled", True)
     t = suspended_workflow()
     registry.get_graph("hitl").thread(t.pk).resolve(by="oscar", door="ui", durability="sync")
     html = as_operator.get(f"/ui/threads/{t.pk}/").content.decode()
     assert 'data-resolved-by="oscar"' in html and "resolved by oscar" in html
     assert "Resolved by oscar" in html and "data-resolve " not in html
+    assert "resolved it without running what waited" in html  # the timeline's event
 
 
 def test_a_viewer_gets_no_resolve_button(

@@ -89,6 +89,8 @@ def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
         webhook=payload.webhook,
         if_not_exists=payload.if_not_exists or "reject",
         stream_mode=api_runs.stream_modes(payload.stream_mode),
+        interrupt_before=payload.interrupt_before,
+        interrupt_after=payload.interrupt_after,
         owner=who.user,
         by=who.name or "api",
         door="api",

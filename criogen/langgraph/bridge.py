@@ -193,6 +193,17 @@ class BridgeThread(WorkflowThread):
     LangChain's middleware will read it (one decision per action, an allowed type, the
     arguments' digest) before any run is made."""
 
+    def check_breakpoints(self, nodes: Any, field: str) -> frozenset[str]:
+        """A bridged graph's own nodes run inside one Criogen step: breakpoints are
+        refused (compile the graph with LangGraph's ``interrupt_before`` instead)."""
+        if nodes is None or nodes == []:
+            return frozenset()
+        raise InvalidArgument(
+            f"{field} is not supported on a bridged LangGraph graph: compile it with "
+            "LangGraph's interrupt_before / interrupt_after instead.",
+            field=field,
+        )
+
     def check_goto(self, node: Any) -> None:
         """A bridged graph's own nodes run inside one Criogen step: only ``"__end__"``
         (resolve the suspension) can be honoured."""

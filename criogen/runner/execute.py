@@ -167,6 +167,10 @@ def _call(run: Run, stop: _Stop) -> Any:
     if _accepts_should_stop(graph):
         options["should_stop"] = stop
     kwargs = run.kwargs or {}
+    for breakpoint in ("interrupt_before", "interrupt_after"):
+        if kwargs.get(breakpoint):
+            # Checked against the graph when the run was created.
+            options[breakpoint] = kwargs[breakpoint]
     metadata = run.metadata or {}
     # Who asked for the run, and from where: the engine's audit event names them.
     by = kwargs.get("actor") or metadata.get("resumed_by") or metadata.get("retried_by")

@@ -108,6 +108,8 @@ def create_run(
     webhook: str | None = None,
     if_not_exists: str = "reject",
     stream_mode: Any = None,
+    interrupt_before: Any = None,
+    interrupt_after: Any = None,
     owner: Any = None,
     action: str | None = None,
     by: str | None = None,
@@ -131,6 +133,9 @@ def create_run(
         multitask_strategy: ``enqueue``, ``reject``, ``interrupt`` or ``rollback``.
         if_not_exists: ``reject`` (unknown thread -> ThreadNotFound) or ``create``.
         webhook: an http(s) URL the ended run is POSTed to (see criogen.outbound).
+        interrupt_before / interrupt_after: breakpoints, a list of the workflow's node
+            names or ``"*"`` (default: the assistant's ``config`` keys of that name);
+            the run stops before / after them (see :func:`_check_breakpoints`).
         action: ``"retry"`` to continue the thread's failed or interrupted turn.
         by / door: who asks for the run and from where (the audit event of the
             answer or retry names them; the engine writes it with the checkpoint).
@@ -208,6 +213,7 @@ def create_run(
 
         update_thread_state(thread_id=thread_id, values=update, by=by, door=door)
 
+    breakpoints = _check_breakpoints(assistant, thread_id, interrupt_before, interrupt_after)
     run_id = uuid.uuid4()
     kwargs = {
         "config": config or {},
@@ -217,6 +223,7 @@ def create_run(
     }
     if action:
         kwargs["action"] = action
+    kwargs.update(breakpoints)
     # Who asks for the run, and from where: the runner hands them to the engine, which
     # writes the audit event (a turn's input, an answer, a retry) with its checkpoint.
     kwargs["actor"] = by
@@ -431,6 +438,34 @@ def _thread_for_run(thread_id: str | None, if_not_exists: str, owner: Any, run_i
         Thread.objects.get_or_create(id=thread_id, defaults={"owner": owner})
         return locked.get(pk=thread_id)  # created here, or concurrently by another run
     raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
+
+
+def _check_breakpoints(
+    assistant: Assistant, thread_id: str | None, before: Any, after: Any
+) -> dict[str, Any]:
+    """The run's breakpoints, ``{"interrupt_before": [...], "interrupt_after": [...]}``
+    (only those set), checked against the graph: a workflow's node names or ``"*"``;
+    InvalidArgument naming the field for an unknown node (LangGraph's server ignores
+    those) or a graph that has no breakpoints (agents pause with approvals)."""
+    defaults = assistant.config or {}
+    chosen = {
+        "interrupt_before": before if before is not None else defaults.get("interrupt_before"),
+        "interrupt_after": after if after is not None else defaults.get("interrupt_after"),
+    }
+    chosen = {k: v for k, v in chosen.items() if v not in (None, [])}
+    if not chosen:
+        return {}
+    thread = get_graph(assistant.graph_id).thread(thread_id or "breakpoints")
+    check = getattr(thread, "check_breakpoints", None)
+    for field, nodes in chosen.items():
+        if check is None:
+            raise InvalidArgument(
+                f"{field} is not supported for {assistant.graph_id!r}: an agent stops for a "
+                "person at its approvals (approve=…), not at breakpoints.",
+                field=field,
+            )
+        check(nodes, field)
+    return chosen
 
 
 def _check_json(value: Any, field: str) -> None:

@@ -697,7 +697,7 @@ class _Execution:
         try:
             if mode == "turn":
                 breakpoint = status == "suspended" and head is not None and not head.interrupts
-                if breakpoint and input is None:
+                if breakpoint and input is None and head is not None:
                     # Stopped at a breakpoint: a run without input continues from it.
                     return self._steps(head.state, list(head.next), dict(head.tasks))
                 if status == "suspended" and not breakpoint:

@@ -83,8 +83,11 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
     head = checkpoint_row(thread_id=thread.pk, checkpoint_id=thread.head_id)
     body = body_of(head)
     waiting = None
-    if thread.head_status == "suspended" and head is not None:
-        interrupts = list(body.get("interrupts") or [])
+    interrupts = list(body.get("interrupts") or [])
+    # A breakpoint (interrupt_before / interrupt_after) waits with no interrupt: nothing
+    # to answer, only to continue, like a thread a person paused.
+    stopped_at = thread.head_status == "suspended" and head is not None and not interrupts
+    if thread.head_status == "suspended" and head is not None and not stopped_at:
         kind, reason, payload, calls = describe_interrupts(interrupts)
         waiting = InboxItem(
             thread=thread,
@@ -102,6 +105,8 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
     # A person's fork is paused whatever the lease says: the rewind itself held the
     # thread a moment, and a live update rendered in that moment must not say "running".
     paused = paused_by_person(thread, head, body) if unfinished else None
+    if stopped_at:
+        paused = {"by": "", "breakpoint": list(body.get("next") or []), "at": head.created_at}
     interrupted = unfinished and paused is None and not thread.lease_alive
     return {
         "thread": thread,
@@ -386,6 +391,9 @@ def _edit_index(error: FormError | None) -> int | None:
 
 def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> actions.Outcome:
     user = request.user
+    if button == "continue" and t.head_status == "suspended":
+        # Stopped at a breakpoint: a resume with no value goes on from it.
+        return actions.resume(thread=t, expected=expected, value=None, user=user)
     if button in ("retry", "continue"):
         # Continuing a paused fork and retrying a crash are one verb: a run goes on from
         # the head. Only the words differ.

@@ -89,6 +89,10 @@ def test_input_at_a_breakpoint_is_a_new_turn(alice: Any) -> None:
     alice.runs.wait(tid, "steps", input={"n": 0}, interrupt_before=["b"])
     final = alice.runs.wait(tid, "steps", input={"n": 10})
     assert final["steps"] == ["a", "a", "b", "c"] and final["n"] == 13
+    # input {} too: a new turn from the start (LangGraph writes it to __start__).
+    alice.runs.wait(tid, "steps", input={"n": 0}, interrupt_before=["b"])
+    again = alice.runs.wait(tid, "steps", input={})
+    assert again["steps"] == ["a", "a", "b", "c", "a", "a", "b", "c"]
 
 
 def test_an_assistants_config_sets_the_default_breakpoints(alice: Any, any_server: Server) -> None:

@@ -40,3 +40,10 @@ def test_a_breakpoint_is_a_paused_thread_with_continue(as_operator: Client) -> N
     (run,) = Run.objects.filter(thread_id=t.pk)
     assert run.command == {"resume": None}
     assert (run.kwargs["actor"], run.kwargs["door"]) == ("olga", "ui")
+
+
+def test_the_inbox_still_renders_with_a_thread_at_a_breakpoint(as_operator: Client) -> None:
+    t = _stopped()
+    response = as_operator.get("/ui/inbox/")
+    assert response.status_code == 200
+    assert t.pk in response.content.decode()  # it waits for a person: Continue

@@ -98,16 +98,8 @@ def stream_modes(value: Any, field: str = "stream_mode") -> list[str]:
 
 def check_options(payload: Any, *, stream: bool = False) -> None:
     """Refuse (422, naming the field) what the SDK may send and Criogen cannot do."""
-    if payload.interrupt_before:
-        raise InvalidArgument(
-            "interrupt_before is not supported: call suspend() inside the node instead.",
-            field="interrupt_before",
-        )
-    if payload.interrupt_after:
-        raise InvalidArgument(
-            "interrupt_after is not supported: call suspend() inside the node instead.",
-            field="interrupt_after",
-        )
+    # interrupt_before / interrupt_after (breakpoints) are checked against the graph's
+    # nodes by criogen.services.runs.create_run.
     if getattr(payload, "feedback_keys", None):
         raise InvalidArgument("feedback_keys (LangSmith) is not supported.", field="feedback_keys")
     if getattr(payload, "langsmith_tracer", None):

@@ -263,7 +263,9 @@ StreamModeName = Literal[
 
 class CommandIn(In):
     """``{"resume": value}`` answers the thread's suspension (an HITLResponse for an
-    agent's approval). ``update`` and ``goto`` are refused with 422."""
+    agent's approval); ``update`` changes values first; ``goto: "__end__"`` resolves
+    the suspension without running what waited, ``goto: node`` (workflows) continues
+    from that node."""
 
     resume: Any = None
     update: Any = None
@@ -287,8 +289,16 @@ class RunCreateIn(In):
         None, description="Deprecated: true means durability async, false exit."
     )
     durability: Literal["sync", "async", "exit"] | None = None
-    interrupt_before: Any = Field(None, description="Not supported: non-empty is a 422.")
-    interrupt_after: Any = Field(None, description="Not supported: non-empty is a 422.")
+    interrupt_before: Any = Field(
+        None,
+        description='Breakpoints: stop before these workflow nodes (a list of names, or "*"); '
+        "an unknown node is a 422.",
+    )
+    interrupt_after: Any = Field(
+        None,
+        description='Breakpoints: stop after these workflow nodes (a list of names, or "*"); '
+        "an unknown node is a 422.",
+    )
     webhook: str | None = None
     multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
     if_not_exists: Literal["create", "reject"] | None = None

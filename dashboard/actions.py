@@ -154,6 +154,25 @@ def decide(*, thread: Thread, expected: str, decisions: list[dict[str, Any]], us
     return Outcome(True, f"{summary}: the agent continues.")
 
 
+def resolve(*, thread: Thread, expected: str, user: Any) -> Outcome:
+    """Close the suspension ``expected`` as resolved by the operator without running
+    what waited (the one answering service, ``goto: "__end__"``; audited ``resolve``)."""
+    try:
+        answer_thread(
+            thread_id=thread.pk,
+            value=None,
+            goto="__end__",
+            by=actor(user),
+            door="ui",
+            expected=expected,
+            decider=Decider(user, can_operate(user)),
+        )
+    except CriogenError as exc:
+        thread.refresh_from_db()
+        return _refused(exc, thread, expected)
+    return Outcome(True, "Resolved: nothing that waited was run; the thread completes.")
+
+
 def retry(
     *, thread: Thread, user: Any, expected: str | None = None, resumed: bool = False
 ) -> Outcome:

@@ -62,12 +62,6 @@ def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
             threads.check_thread_id(thread_id)
     command = payload.command.model_dump(exclude_unset=True) if payload.command else None
     command = {k: v for k, v in (command or {}).items() if v is not None} or None
-    if command and command.get("goto") is not None:
-        raise InvalidArgument(
-            "command.goto is not supported; send command.resume to answer an interrupt "
-            "(and command.update to change values first).",
-            field="command.goto",
-        )
     input_ = payload.input
     if command:
         # As LangGraph's server: a non-empty command wins, the input is ignored (chat
@@ -95,6 +89,8 @@ def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
         webhook=payload.webhook,
         if_not_exists=payload.if_not_exists or "reject",
         stream_mode=api_runs.stream_modes(payload.stream_mode),
+        interrupt_before=payload.interrupt_before,
+        interrupt_after=payload.interrupt_after,
         owner=who.user,
         by=who.name or "api",
         door="api",

@@ -6,6 +6,8 @@ these verbs through one implementation each:
 
 - :meth:`ThreadBase.rewind` writes a ``fork`` checkpoint copying an earlier one;
 - :meth:`ThreadBase.update_state` writes a ``fork`` checkpoint with values merged in;
+- :meth:`ThreadBase.resolve` closes a suspension as settled by a person, without
+  running what waited (a ``fork`` checkpoint, ``completed``; audit action ``resolve``);
 - :meth:`ThreadBase.delete` removes the thread.
 
 The verbs that run the graph (a new turn, ``resume`` and the agent's decisions,
@@ -34,7 +36,13 @@ from typing import Any
 
 from criogen.engine.active_run import ActiveRun
 from criogen.engine.checkpoints import Checkpoint, Status
-from criogen.engine.errors import AlreadyDecided, InvalidArgument, StaleHead, StateTooLarge
+from criogen.engine.errors import (
+    AlreadyDecided,
+    InvalidArgument,
+    NotSuspended,
+    StaleHead,
+    StateTooLarge,
+)
 from criogen.engine.state import encode
 from criogen.engine.store import AuditRecord, Storage
 
@@ -76,7 +84,7 @@ def check_state_size(storage: Storage, thread_id: str, state: Mapping[str, Any])
         )
 
 
-ANSWER_ACTIONS = ("resume", "decide", "approve", "reject", "respond")
+ANSWER_ACTIONS = ("resume", "decide", "approve", "reject", "respond", "resolve", "goto")
 """The audit actions that answer a suspension."""
 
 
@@ -282,6 +290,66 @@ class ThreadBase:
             )
         assert checkpoint is not None
         return checkpoint
+
+    def resolve(
+        self,
+        *,
+        by: str | None = None,
+        door: str = "python",
+        expected: str | None = None,
+        **options: Any,
+    ) -> Checkpoint:
+        """Close the pending suspension as resolved by ``by``, without running the step
+        or tool that waited: the thread completes (a ``fork`` checkpoint with status
+        ``completed``, ``metadata["resolved_by"]``) and one ``resolve`` audit event is
+        written with it. What REST's ``command: {"goto": "__end__"}`` does.
+
+        Raises NotSuspended (nothing waits), StaleHead (the head is not
+        ``expected``), ThreadBusy.
+        """
+        check_door(door)
+        with self._active(**options) as active:
+            head = active.head
+            check_expected(self.id, head, expected)
+            if head is None or head.status != "suspended":
+                raise NotSuspended(
+                    f"thread {self.id!r} is not suspended (its head is "
+                    f"{head.status if head else 'empty'}); there is nothing to resolve.",
+                    thread_id=self.id,
+                )
+            state, delta = self._resolved_state(head, by)
+            active.audit = self._audit_event(
+                "resolve",
+                by=by,
+                door=door,
+                details={
+                    "version": head.version,
+                    "interrupts": [i.get("id") for i in head.interrupts],
+                    "next": list(head.next),
+                    **({"run_id": active.run_id} if active.run_id else {}),
+                },
+            )
+            checkpoint = active.write(
+                source="fork",
+                status="completed",
+                state=state,
+                delta=delta,
+                next=[],
+                interrupts=(),
+                tasks={},
+                metadata={
+                    "resolved_by": by,
+                    "actor": by,
+                    "step": active._tip_version,
+                },
+                final=True,
+            )
+        assert checkpoint is not None
+        return checkpoint
+
+    def _resolved_state(self, head: Checkpoint, by: str | None) -> tuple[dict[str, Any], Any]:
+        """(state, delta) of a resolved suspension: the head's state, unchanged."""
+        return head.state, {}
 
     def _prepare_update(self, values: Mapping[str, Any] | None, as_node: str | None) -> Any:
         """``values`` checked and normalised for this graph (raises before any write)."""

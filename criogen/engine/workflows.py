@@ -499,6 +499,65 @@ class WorkflowThread(ThreadBase):
         audit = self._audit_event("retry", by=by, door=door, details={})
         return self._go("retry", audit=audit, expected=expected, **options)
 
+    def goto(
+        self,
+        node: str,
+        *,
+        by: str | None = None,
+        door: str = "python",
+        expected: str | None = None,
+        **options: Any,
+    ) -> RunResult:
+        """Leave the pending suspension without answering it and continue from ``node``
+        (the suspended step is not run again); ``"__end__"`` resolves the thread
+        instead (:meth:`resolve`: it completes, nothing more runs). One audit event
+        (``goto``, or ``resolve``) names ``by`` and ``door``.
+
+        Raises InvalidArgument naming ``goto`` (not a node of this workflow),
+        NotSuspended, StaleHead (the head is not ``expected``), ThreadBusy.
+        """
+        self.check_goto(node)
+        if node == END:
+            for breakpoint in ("interrupt_before", "interrupt_after"):
+                options.pop(breakpoint, None)  # nothing runs: no breakpoint to stop at
+            checkpoint = self.resolve(by=by, door=door, expected=expected, **options)
+            return RunResult(
+                "completed", checkpoint.state, checkpoint, self.id, checkpoint.run_id or ""
+            )
+        audit = self._audit_event("goto", by=by, door=door, details={"node": node})
+        return self._go("goto", value=node, audit=audit, expected=expected, **options)
+
+    def check_breakpoints(self, nodes: Any, field: str) -> frozenset[str]:
+        """The node names of a breakpoint option (``interrupt_before`` /
+        ``interrupt_after``): a list of this workflow's nodes, or ``"*"`` for all of
+        them. InvalidArgument naming ``field`` otherwise (an unknown node too)."""
+        if nodes is None or nodes == []:
+            return frozenset()
+        if nodes == "*":
+            return frozenset(self.app.graph.nodes)
+        if not isinstance(nodes, list | tuple) or not all(isinstance(n, str) for n in nodes):
+            raise InvalidArgument(f'{field} must be a list of node names or "*".', field=field)
+        unknown = [n for n in nodes if n not in self.app.graph.nodes]
+        if unknown:
+            known = ", ".join(self.app.graph.nodes)
+            raise InvalidArgument(
+                f"{field} names {unknown[0]!r}, not a node of {self.app.name!r} (nodes: {known}).",
+                field=field,
+            )
+        return frozenset(nodes)
+
+    def check_goto(self, node: Any) -> None:
+        """InvalidArgument naming ``goto`` unless ``node`` is a node of this workflow or
+        ``"__end__"``."""
+        if node == END:
+            return
+        if not isinstance(node, str) or node not in self.app.graph.nodes:
+            known = ", ".join([*self.app.graph.nodes, END])
+            raise InvalidArgument(
+                f"goto {node!r} is not a node of {self.app.name!r} (use one of: {known}).",
+                field="goto",
+            )
+
     def check_answer(self, value: Any) -> None:
         check_json(value, "resume value")
         head = self.head
@@ -562,7 +621,7 @@ class WorkflowThread(ThreadBase):
 
     def _go(
         self,
-        mode: Literal["turn", "resume", "retry"],
+        mode: Literal["turn", "resume", "retry", "goto"],
         *,
         input: Mapping[str, Any] | None = None,
         value: Any = None,
@@ -570,8 +629,14 @@ class WorkflowThread(ThreadBase):
         metadata: dict[str, Any] | None = None,
         audit: Any = None,
         expected: str | None = None,
+        interrupt_before: Any = None,
+        interrupt_after: Any = None,
         **options: Any,
     ) -> RunResult:
+        breakpoints = (
+            self.check_breakpoints(interrupt_before, "interrupt_before"),
+            self.check_breakpoints(interrupt_after, "interrupt_after"),
+        )
         with self._active(**options) as active:
             head = active.head
             if snapshot is not None:
@@ -584,7 +649,8 @@ class WorkflowThread(ThreadBase):
                 active.audit = dataclasses.replace(
                     audit, details={**audit.details, "run_id": active.run_id}
                 )
-            return _Execution(self.app, active, metadata or {}).start(mode, head, input, value)
+            execution = _Execution(self.app, active, metadata or {}, breakpoints)
+            return execution.start(mode, head, input, value)
 
 
 def _adopt_snapshot(active: ActiveRun, head: Checkpoint | None, snap: Checkpoint) -> Checkpoint:
@@ -613,7 +679,14 @@ def _adopt_snapshot(active: ActiveRun, head: Checkpoint | None, snap: Checkpoint
 class _Execution:
     """One run's walk through the graph, step by step."""
 
-    def __init__(self, app: CompiledWorkflow, active: ActiveRun, metadata: dict[str, Any]):
+    def __init__(
+        self,
+        app: CompiledWorkflow,
+        active: ActiveRun,
+        metadata: dict[str, Any],
+        breakpoints: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset()),
+    ):
+        self.before, self.after = breakpoints
         self.app = app
         self.graph = app.graph
         self.active = active
@@ -622,7 +695,7 @@ class _Execution:
 
     def start(
         self,
-        mode: Literal["turn", "resume", "retry"],
+        mode: Literal["turn", "resume", "retry", "goto"],
         head: Checkpoint | None,
         input: Mapping[str, Any] | None,
         value: Any,
@@ -631,7 +704,11 @@ class _Execution:
         status = head.status if head else None
         try:
             if mode == "turn":
-                if status == "suspended":
+                breakpoint = status == "suspended" and head is not None and not head.interrupts
+                if breakpoint and input is None and head is not None:
+                    # Stopped at a breakpoint: a run without input continues from it.
+                    return self._steps(head.state, list(head.next), dict(head.tasks))
+                if status == "suspended" and not breakpoint:
                     raise ThreadSuspended(
                         f"thread {thread_id!r} is suspended waiting for a person; "
                         "resume() it (or rewind) before starting a new turn.",
@@ -651,24 +728,32 @@ class _Execution:
                 state, delta = apply_update(state, input, self.graph.reducers, origin="input")
                 check_state_size(self.app.storage, thread_id, state)
                 nxt = self.graph.successors(START, state)
-                self.active.write(
+                paused = bool(self.before.intersection(nxt))
+                checkpoint = self.active.write(
                     source="input",
-                    status="in_progress" if nxt else "completed",
+                    status="suspended" if paused else "in_progress" if nxt else "completed",
                     state=state,
                     delta=delta,
                     next=nxt,
                     metadata={**self.metadata, "step": 0},
-                    final=not nxt,
+                    final=paused or not nxt,
                 )
+                if paused:
+                    assert checkpoint is not None
+                    return self._result("suspended", state, checkpoint)
                 return self._steps(state, nxt, {})
             assert head is not None or mode != "resume" or status is None
-            if mode == "resume":
+            if mode in ("resume", "goto"):
                 if status != "suspended" or head is None:
                     raise NotSuspended(
                         f"thread {thread_id!r} is not suspended (its head is "
-                        f"{status or 'empty'}); there is nothing to resume.",
+                        f"{status or 'empty'}); there is nothing to {mode}.",
                         thread_id=thread_id,
                     )
+                if mode == "goto":
+                    # The suspended step is left as it stands (what its other nodes
+                    # finished is dropped with it); the run goes on from ``value``.
+                    return self._steps(head.state, [value], {})
                 return self._steps(head.state, list(head.next), self._resumed(head, value))
             if head is None or status not in ("failed", "in_progress"):
                 raise NothingToRetry(
@@ -687,6 +772,8 @@ class _Execution:
             "resumes": {k: list(v) for k, v in head.tasks.get("resumes", {}).items()},
         }
         pending = list(head.interrupts)
+        if not pending:
+            return tasks  # a breakpoint: nothing to answer, the run goes on
         if len(pending) == 1:
             answers = {pending[0]["id"]: value}
         elif isinstance(value, dict) and value and set(value) <= {i["id"] for i in pending}:
@@ -787,17 +874,26 @@ class _Execution:
             except Exception as exc:  # noqa: BLE001 - a broken route fails the run
                 self._fail(state, nxt, done, resumes, None, exc)
             updates = {node: done[node] for node in nxt}
+            # A breakpoint (interrupt_before a node that comes next, interrupt_after one
+            # that just ran) stops the run here: the step's checkpoint is the one that
+            # waits, with no interrupt; a run without input (or a resume) goes on.
+            paused = bool(following) and bool(
+                self.before.intersection(following) or self.after.intersection(nxt)
+            )
             state, nxt, done, resumes = new_state, following, {}, {}
-            active.write(
+            written = active.write(
                 source="step",
-                status="in_progress" if nxt else "completed",
+                status="suspended" if paused else "in_progress" if nxt else "completed",
                 state=state,
                 delta=delta,
                 next=nxt,
                 metadata={**self.metadata, "step": active._tip_version + 1},
                 updates=updates,
-                final=not nxt,
+                final=paused or not nxt,
             )
+            if paused:
+                assert written is not None
+                return self._result("suspended", state, written)
         last = active.last
         assert last is not None
         return self._result("completed", state, last)

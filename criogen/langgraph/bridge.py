@@ -193,6 +193,27 @@ class BridgeThread(WorkflowThread):
     LangChain's middleware will read it (one decision per action, an allowed type, the
     arguments' digest) before any run is made."""
 
+    def check_breakpoints(self, nodes: Any, field: str) -> frozenset[str]:
+        """A bridged graph's own nodes run inside one Criogen step: breakpoints are
+        refused (compile the graph with LangGraph's ``interrupt_before`` instead)."""
+        if nodes is None or nodes == []:
+            return frozenset()
+        raise InvalidArgument(
+            f"{field} is not supported on a bridged LangGraph graph: compile it with "
+            "LangGraph's interrupt_before / interrupt_after instead.",
+            field=field,
+        )
+
+    def check_goto(self, node: Any) -> None:
+        """A bridged graph's own nodes run inside one Criogen step: only ``"__end__"``
+        (resolve the suspension) can be honoured."""
+        if node != END:
+            raise InvalidArgument(
+                f"goto {node!r}: a bridged LangGraph graph can only go to '__end__' "
+                "(resolve the suspension); answer it with command.resume instead.",
+                field="goto",
+            )
+
     def check_answer(self, value: Any) -> None:
         head = self.head
         if head is not None and head.status == "suspended" and head.interrupts:

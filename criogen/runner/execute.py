@@ -166,6 +166,10 @@ def _call(run: Run, stop: _Stop) -> Any:
     if _accepts_should_stop(graph):
         options["should_stop"] = stop
     kwargs = run.kwargs or {}
+    for breakpoint in ("interrupt_before", "interrupt_after"):
+        if kwargs.get(breakpoint):
+            # Checked against the graph when the run was created.
+            options[breakpoint] = kwargs[breakpoint]
     metadata = run.metadata or {}
     # Who asked for the run, and from where: the engine's audit event names them.
     by = kwargs.get("actor") or metadata.get("resumed_by") or metadata.get("retried_by")
@@ -194,6 +198,10 @@ def _call(run: Run, stop: _Stop) -> Any:
         return _ended(head)
     if kwargs.get("action") == "retry":
         return thread.retry(**options, **actor)
+    if run.command is not None and run.command.get("goto") is not None:
+        # command.goto: "__end__" resolves the suspension without running what waited;
+        # a workflow's node continues from there (checked when the run was created).
+        return thread.goto(run.command["goto"], **options, **actor)
     if run.command is not None and "resume" in run.command:
         return thread.resume(run.command.get("resume"), **options, **actor)
     if run.command is not None:

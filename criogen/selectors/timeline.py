@@ -26,7 +26,16 @@ __all__ = [
     "timeline_page",
 ]
 
-SHOWN_ACTIONS = ("decide", "resume", "retry", "rewind", "update_state", "input")
+SHOWN_ACTIONS = (
+    "decide",
+    "resume",
+    "resolve",
+    "goto",
+    "retry",
+    "rewind",
+    "update_state",
+    "input",
+)
 """The audit actions the timeline shows as events (a person's or a door's doing)."""
 
 

@@ -108,6 +108,8 @@ def create_run(
     webhook: str | None = None,
     if_not_exists: str = "reject",
     stream_mode: Any = None,
+    interrupt_before: Any = None,
+    interrupt_after: Any = None,
     owner: Any = None,
     action: str | None = None,
     by: str | None = None,
@@ -122,13 +124,18 @@ def create_run(
         thread_id: the thread to run on; None for a stateless run (a new thread).
         assistant_id: an assistant's UUID, or a graph id (its default assistant).
         input: JSON object merged into the state (a new turn).
-        command: ``{"resume": value}`` to answer the thread's suspension.
+        command: ``{"resume": value}`` to answer the thread's suspension;
+            ``{"goto": "__end__"}`` resolves it without running what waited;
+            ``{"goto": node}`` (workflows) continues from that node instead.
         checkpoint_id / checkpoint: start from this earlier checkpoint (a fork);
             ``checkpoint["checkpoint_id"]`` wins over ``checkpoint_id``.
         durability / checkpoint_during: see :func:`resolve_durability`.
         multitask_strategy: ``enqueue``, ``reject``, ``interrupt`` or ``rollback``.
         if_not_exists: ``reject`` (unknown thread -> ThreadNotFound) or ``create``.
         webhook: an http(s) URL the ended run is POSTed to (see criogen.outbound).
+        interrupt_before / interrupt_after: breakpoints, a list of the workflow's node
+            names or ``"*"`` (default: the assistant's ``config`` keys of that name);
+            the run stops before / after them (see :func:`_check_breakpoints`).
         action: ``"retry"`` to continue the thread's failed or interrupted turn.
         by / door: who asks for the run and from where (the audit event of the
             answer or retry names them; the engine writes it with the checkpoint).
@@ -183,10 +190,13 @@ def create_run(
     if resume is not None and seen is not None:
         if decider is not None:
             _check_may_decide(decider, seen, by=by, door=door)
-        if seen.waits():
+        if "resume" in command and seen.waits():
             # A bad answer (an edit that does not fit the tool, a missing decision) is a
             # 422 naming it now, before any run exists, not a run that fails later.
             get_graph(assistant.graph_id).thread(seen.thread_id).check_answer(command["resume"])
+        if "resume" not in command:
+            # Where the graph cannot go is a 422 whatever the thread's state.
+            _check_goto(get_graph(assistant.graph_id).thread(seen.thread_id), command["goto"])
     update = (command or {}).get("update")
     if update is not None:
         if seen is None:
@@ -203,6 +213,7 @@ def create_run(
 
         update_thread_state(thread_id=thread_id, values=update, by=by, door=door)
 
+    breakpoints = _check_breakpoints(assistant, thread_id, interrupt_before, interrupt_after)
     run_id = uuid.uuid4()
     kwargs = {
         "config": config or {},
@@ -212,6 +223,7 @@ def create_run(
     }
     if action:
         kwargs["action"] = action
+    kwargs.update(breakpoints)
     # Who asks for the run, and from where: the runner hands them to the engine, which
     # writes the audit event (a turn's input, an answer, a retry) with its checkpoint.
     kwargs["actor"] = by
@@ -234,7 +246,7 @@ def create_run(
                 "multitask_strategy 'enqueue', 'interrupt' or 'rollback'.",
                 thread_id=thread.pk,
             )
-        answering = next((r for r in active if "resume" in (r.command or {})), None)
+        answering = next((r for r in active if _answers(r.command)), None)
         if expected is not None and (thread.head_id != expected or answering is not None):
             _refuse_stale(thread, expected, answering)
         if resume is not None and answering is not None and multitask_strategy == "enqueue":
@@ -243,7 +255,7 @@ def create_run(
             raise _already_answered(thread, answering)
         if resume is not None and not active and thread.head_status != "suspended":
             last = Run.objects.filter(thread=thread).order_by("-created_at").first()
-            if last is not None and (last.command or {}).get("resume") is not None:
+            if last is not None and _answers(last.command):
                 # The answer that was first has already run: this one came too late for
                 # the same suspension, and is refused as the queued case is, by name.
                 raise _already_answered(thread, last)
@@ -428,6 +440,34 @@ def _thread_for_run(thread_id: str | None, if_not_exists: str, owner: Any, run_i
     raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
 
 
+def _check_breakpoints(
+    assistant: Assistant, thread_id: str | None, before: Any, after: Any
+) -> dict[str, Any]:
+    """The run's breakpoints, ``{"interrupt_before": [...], "interrupt_after": [...]}``
+    (only those set), checked against the graph: a workflow's node names or ``"*"``;
+    InvalidArgument naming the field for an unknown node (LangGraph's server ignores
+    those) or a graph that has no breakpoints (agents pause with approvals)."""
+    defaults = assistant.config or {}
+    chosen = {
+        "interrupt_before": before if before is not None else defaults.get("interrupt_before"),
+        "interrupt_after": after if after is not None else defaults.get("interrupt_after"),
+    }
+    chosen = {k: v for k, v in chosen.items() if v not in (None, [])}
+    if not chosen:
+        return {}
+    thread = get_graph(assistant.graph_id).thread(thread_id or "breakpoints")
+    check = getattr(thread, "check_breakpoints", None)
+    for field, nodes in chosen.items():
+        if check is None:
+            raise InvalidArgument(
+                f"{field} is not supported for {assistant.graph_id!r}: an agent stops for a "
+                "person at its approvals (approve=…), not at breakpoints.",
+                field=field,
+            )
+        check(nodes, field)
+    return chosen
+
+
 def _check_json(value: Any, field: str) -> None:
     try:
         check_json(value, field)
@@ -435,26 +475,62 @@ def _check_json(value: Any, field: str) -> None:
         raise InvalidArgument(f"{field} is not plain JSON: {exc}", field=field) from exc
 
 
+def _answers(command: Any) -> bool:
+    """Whether a run's command answers the suspension (``resume`` or ``goto``)."""
+    command = command or {}
+    return "resume" in command or command.get("goto") is not None
+
+
+def _check_goto(thread: Any, goto: Any) -> None:
+    """InvalidArgument naming ``command.goto`` unless the graph can honour it."""
+    check = getattr(thread, "check_goto", None)
+    if check is None:
+        if goto == "__end__":
+            return  # every thread can resolve (ThreadBase.resolve)
+        raise InvalidArgument(
+            f"command.goto {goto!r}: this graph can only go to '__end__'.", field="command.goto"
+        )
+    try:
+        check(goto)
+    except InvalidArgument as exc:
+        raise InvalidArgument(str(exc), field="command.goto") from None
+
+
 def _check_command(command: Any) -> Any:
-    """The answer (``command["resume"]``) of a valid command, or None: ``update`` (a
-    JSON object, applied first) and ``resume`` are supported."""
+    """The command of a valid one that answers the suspension (``resume`` or ``goto``),
+    or None: ``update`` (a JSON object, applied first), ``resume`` and ``goto`` (a node
+    name, ``"__end__"`` to resolve) are supported."""
     if command is None:
         return None
-    if not isinstance(command, dict) or not ({"resume", "update"} & set(command)):
+    if not isinstance(command, dict) or not ({"resume", "update", "goto"} & set(command)):
         raise InvalidArgument(
-            'command must be {"resume": value} and/or {"update": {...}}; other commands '
-            "are not supported.",
+            'command must be {"resume": value}, {"goto": node} and/or {"update": {...}}; '
+            "other commands are not supported.",
             field="command",
         )
     unsupported = sorted(
-        k for k, v in command.items() if k not in ("resume", "update") and v is not None
+        k for k, v in command.items() if k not in ("resume", "update", "goto") and v is not None
     )
     if unsupported:
         raise InvalidArgument(
-            f"command.{unsupported[0]} is not supported; send command.resume and/or "
-            "command.update.",
+            f"command.{unsupported[0]} is not supported; send command.resume, command.goto "
+            "and/or command.update.",
             field=f"command.{unsupported[0]}",
         )
+    goto = command.get("goto")
+    if goto is not None:
+        if not isinstance(goto, str) or not goto:
+            raise InvalidArgument(
+                "command.goto must be one node name (or '__end__'); lists and Send objects "
+                "are not supported.",
+                field="command.goto",
+            )
+        if "resume" in command:
+            raise InvalidArgument(
+                "send either command.resume (answer the suspension) or command.goto (leave "
+                "it), not both.",
+                field="command.goto",
+            )
     update = command.get("update")
     if update is not None and not isinstance(update, dict):
         raise InvalidArgument(
@@ -462,6 +538,8 @@ def _check_command(command: Any) -> Any:
             field="command.update",
         )
     _check_json(update, "command.update")
+    if goto is not None:
+        return command
     if "resume" not in command:
         return None
     _check_json(command["resume"], "command.resume")
@@ -682,6 +760,7 @@ def answer_thread(
     expected: str | None = None,
     metadata: dict[str, Any] | None = None,
     decider: Decider | None = None,
+    goto: str | None = None,
 ) -> Run:
     """Answer the thread's suspension with ``value`` — the one way every door answers
     (dashboard, deadlines; the REST API's resume runs reach :func:`create_run` with
@@ -692,12 +771,17 @@ def answer_thread(
     ``expected``: the suspended checkpoint the caller answered; a second answer to it
     is refused with AlreadyDecided (naming who answered), a thread that moved on
     otherwise with StaleHead. Raises NotSuspended (409) when nothing waits.
+
+    ``goto`` (instead of a value): ``"__end__"`` resolves the suspension without
+    running what waited (audit action ``resolve``); a workflow's node continues from
+    that node (``goto``). InvalidArgument naming ``command.goto`` when the graph
+    cannot go there.
     """
     seen = _Seen(thread_id)
     return create_run(
         thread_id=thread_id,
         assistant_id=str(seen.assistant().assistant_id),
-        command={"resume": value},
+        command={"goto": goto} if goto is not None else {"resume": value},
         metadata={**(metadata or {}), "resumed_by": by} if by else metadata,
         by=by,
         door=door,

@@ -338,6 +338,10 @@ def _event_row(event: Any, tz: Any) -> str:
             what.append(escape(text))
     elif event.action == "resume":
         what.append("answered " + escape(_short(details.get("value"))))
+    elif event.action == "resolve":
+        what.append("resolved it without running what waited")
+    elif event.action == "goto":
+        what.append("went on from " + escape(str(details.get("node") or "another node")))
     elif event.action == "rewind":
         what.append(f"rewound to v{int(details.get('version') or 0)}")
     elif event.action == "update_state":

@@ -84,8 +84,11 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
     head = checkpoint_row(thread_id=thread.pk, checkpoint_id=thread.head_id)
     body = body_of(head)
     waiting = None
-    if thread.head_status == "suspended" and head is not None:
-        interrupts = list(body.get("interrupts") or [])
+    interrupts = list(body.get("interrupts") or [])
+    # A breakpoint (interrupt_before / interrupt_after) waits with no interrupt: nothing
+    # to answer, only to continue, like a thread a person paused.
+    stopped_at = thread.head_status == "suspended" and head is not None and not interrupts
+    if thread.head_status == "suspended" and head is not None and not stopped_at:
         kind, reason, payload, calls = describe_interrupts(interrupts)
         waiting = InboxItem(
             thread=thread,
@@ -103,6 +106,8 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
     # A person's fork is paused whatever the lease says: the rewind itself held the
     # thread a moment, and a live update rendered in that moment must not say "running".
     paused = paused_by_person(thread, head, body) if unfinished else None
+    if stopped_at:
+        paused = {"by": "", "breakpoint": list(body.get("next") or []), "at": head.created_at}
     interrupted = unfinished and paused is None and not thread.lease_alive
     return {
         "thread": thread,
@@ -110,6 +115,7 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
         "answer": waiting_answer(waiting),
         "interrupted": interrupted,
         "paused": paused,
+        "resolved": resolved_by_person(head, body) if thread.head_status == "completed" else None,
         "can_retry": thread.head_status == "failed" or interrupted,
         # The state can be edited whenever no run holds the thread.
         "can_edit_state": bool(thread.head_id) and not thread.lease_alive,
@@ -117,6 +123,15 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
         "can_act": can_act,
         "user": user,
     }
+
+
+def resolved_by_person(head: Any, body: dict[str, Any]) -> dict[str, Any] | None:
+    """Who closed the suspension at the head without running what waited (a goto
+    ``__end__``: a completed ``fork`` with ``resolved_by``), and when; else None."""
+    meta = body.get("metadata") or {}
+    if head is None or head.source != "fork" or "resolved_by" not in meta:
+        return None
+    return {"by": str(meta.get("resolved_by") or ""), "at": head.created_at}
 
 
 def paused_by_person(thread: Thread, head: Any, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -270,6 +285,7 @@ ACTIONS = (
     "rewind",
     "save_state",
     "cancel",
+    "resolve",
 )
 
 
@@ -280,7 +296,8 @@ def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
 
     ``approve`` / ``reject`` (with ``reason``) / ``edit`` (``args-0``) / ``decide``
     (per call) answer an agent's approval request; ``resume`` answers a workflow with the
-    JSON ``value``; ``retry`` continues a failed or interrupted run; ``rewind`` forks at
+    JSON ``value``; ``resolve`` closes the suspension without running what waited;
+    ``retry`` continues a failed or interrupted run; ``rewind`` forks at
     ``checkpoint``. ``expected`` is the suspension the operator saw: if the thread moved
     on, nothing changes and the page says who decided and when.
 
@@ -376,6 +393,9 @@ def _edit_index(error: FormError | None) -> int | None:
 
 def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> actions.Outcome:
     user = request.user
+    if button == "continue" and t.head_status == "suspended":
+        # Stopped at a breakpoint: a resume with no value goes on from it.
+        return actions.resume(thread=t, expected=expected, value=None, user=user)
     if button in ("retry", "continue"):
         # Continuing a paused fork and retrying a crash are one verb: a run goes on from
         # the head. Only the words differ.
@@ -394,6 +414,8 @@ def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> a
         if not target:
             raise FormError("checkpoint", "Choose the checkpoint to rewind to.")
         return actions.rewind(thread=t, checkpoint_id=target, expected=expected or None, user=user)
+    if button == "resolve":
+        return actions.resolve(thread=t, expected=expected, user=user)
     if button in ("resume", "choice"):
         row = checkpoint_row(thread_id=t.pk, checkpoint_id=expected)
         interrupts = list(body_of(row).get("interrupts") or []) if row is not None else []

@@ -59,7 +59,8 @@ def test_update_alone_changes_the_values_and_the_thread_keeps_waiting(alice: Any
 def test_goto_and_a_non_object_update_are_422_naming_the_field(alice: Any) -> None:
     tid = _waiting(alice)
     for command, field in (
-        ({"goto": "a"}, "command.goto"),
+        ({"goto": "nowhere"}, "command.goto"),
+        ({"goto": "c", "resume": "ok"}, "command.goto"),
         ({"update": [1, 2]}, "command.update"),
     ):
         with pytest.raises(httpx.HTTPStatusError) as caught:

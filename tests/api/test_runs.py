@@ -224,11 +224,13 @@ async def test_resume_on_a_thread_that_is_not_waiting_is_a_409(client: Any) -> N
         await client.runs.create(thread["thread_id"], "steps", command={"resume": 1})
 
 
-async def test_a_command_other_than_resume_is_refused_with_422(client: Any) -> None:
+async def test_a_goto_the_graph_cannot_honour_is_refused_with_422(client: Any) -> None:
     thread = await client.threads.create()
-    with pytest.raises(UnprocessableEntityError) as caught:
-        await client.runs.create(thread["thread_id"], "steps", command={"goto": "b"})
-    assert caught.value.body["field"] == "command.goto"
+    await client.runs.wait(thread["thread_id"], "steps", input={"n": 0})
+    for goto in ("nowhere", ["b", "c"]):
+        with pytest.raises(UnprocessableEntityError) as caught:
+            await client.runs.create(thread["thread_id"], "steps", command={"goto": goto})
+        assert caught.value.body["field"] == "command.goto"
 
 
 # -- failures, busy threads, cancel --------------------------------------------------------

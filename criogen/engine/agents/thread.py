@@ -15,12 +15,12 @@ from criogen.engine.agents.approvals import (
     parse_answer,
     pending_calls,
 )
-from criogen.engine.agents.reply import REDUCERS, RESERVED_KEY, Reply
+from criogen.engine.agents.reply import REDUCERS, RESERVED_KEY, Reply, open_calls
 from criogen.engine.agents.run import RUN_OPTIONS, Lease, in_worker
 from criogen.engine.agents.turn import Turn
 from criogen.engine.checkpoints import Checkpoint, Status, ThreadId
 from criogen.engine.errors import InvalidArgument, StaleDecision
-from criogen.engine.messages import Message, normalize_messages
+from criogen.engine.messages import Message, normalize_messages, tool_result
 from criogen.engine.records import Decision, PendingCall
 from criogen.engine.state import apply_update
 from criogen.engine.store import DecisionRecord, EffectRecord, Storage
@@ -257,6 +257,42 @@ class AgentThread(ThreadBase):
             }
 
         return Turn(self, options, None, by).start_decisions(build, "decide", version)
+
+    def goto(
+        self,
+        node: str,
+        *,
+        by: str | None = None,
+        door: str = "python",
+        expected: str | None = None,
+        **options: Any,
+    ) -> Checkpoint:
+        """``goto("__end__")`` is :meth:`resolve`; an agent has no other node to go to
+        (InvalidArgument naming ``goto``)."""
+        if node != "__end__":
+            raise InvalidArgument(
+                f"goto {node!r}: {self.agent.name!r} is an agent; the only place it can go "
+                "is '__end__' (resolve the suspension without running the calls).",
+                field="goto",
+            )
+        return self.resolve(by=by, door=door, expected=expected, **options)
+
+    def _resolved_state(self, head: Checkpoint, by: str | None) -> tuple[dict[str, Any], Any]:
+        """The pending calls get a tool result saying they were not run, so that the
+        transcript stays whole for the model's next turn."""
+        who = by or "a person"
+        results = [
+            tool_result(
+                call["id"],
+                call.get("name"),
+                f"Not run: {who} marked this request as resolved.",
+                status="error",
+            )
+            for call in open_calls(head.state)
+        ]
+        if not results:
+            return head.state, {}
+        return apply_update(head.state, {"messages": results}, REDUCERS, origin="resolve")
 
     def _prepare_update(
         self, values: Mapping[str, Any] | None, as_node: str | None

@@ -40,7 +40,15 @@ uses)."""
 SAFELISTED_HEADERS = ("accept", "accept-language", "content-language", "content-type")
 """Headers always allowed next to a list of ``allow_headers`` (as Starlette does)."""
 
-DEFAULT_EXPOSE_HEADERS = ("x-pagination-total", "x-pagination-next", "content-location")
+DEFAULT_EXPOSE_HEADERS = (
+    "x-pagination-total",
+    "x-pagination-next",
+    "content-location",
+    # Beyond LangGraph's server: the JS SDK reconnects a dropped resumable stream
+    # to the Location it read from the first response, which a browser hides unless
+    # it is exposed.
+    "location",
+)
 DEFAULT_MAX_AGE = 600
 
 CONFIG_KEYS = (

@@ -2,8 +2,10 @@
 
 Preflights are answered ``200`` before authentication and routing, with ``*`` (or the
 origin, with an allow-list), the requested headers, every method and
-``max-age: 600``; real responses expose ``x-pagination-total``, ``x-pagination-next``
-and ``content-location``. A preflight the configuration does not allow is a ``400``.
+``max-age: 600``; real responses expose ``x-pagination-total``, ``x-pagination-next``,
+``content-location`` and ``location`` (the last beyond LangGraph's server: the JS SDK
+reconnects a resumable stream to it). A preflight the configuration does not allow is a
+``400``.
 The dashboard, ``/admin/`` and the login pages (cookies) never answer CORS headers.
 
 Through Django's test client (the whole ``MIDDLEWARE``), and over HTTP under Daphne
@@ -35,7 +37,7 @@ APP = "http://localhost:3000"
 ASKED = "content-type, x-api-key, authorization"
 """The headers LangGraph's JS SDK asks for on a preflight."""
 
-EXPOSED = "x-pagination-total, x-pagination-next, content-location"
+EXPOSED = "x-pagination-total, x-pagination-next, content-location, location"
 
 PREFLIGHTS = [
     ("GET", "/info"),
@@ -233,7 +235,12 @@ def test_the_defaults_are_langgraphs() -> None:
         "CORS_ALLOW_METHODS": ["DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"],
         "CORS_ALLOW_HEADERS": ["*"],
         "CORS_ALLOW_CREDENTIALS": False,
-        "CORS_EXPOSE_HEADERS": ["x-pagination-total", "x-pagination-next", "content-location"],
+        "CORS_EXPOSE_HEADERS": [
+            "x-pagination-total",
+            "x-pagination-next",
+            "content-location",
+            "location",
+        ],
         "CORS_PREFLIGHT_MAX_AGE": 600,
     }
 

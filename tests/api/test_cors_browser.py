@@ -3,7 +3,8 @@ the API with ``fetch`` and an ``x-api-key``, as a browser app such as LangChain'
 front end does; Chromium enforces CORS, so this is what such an app sees.
 
 The page creates threads, searches them and runs a graph, and reads the exposed
-``x-pagination-total``, ``x-pagination-next`` and ``content-location`` from script:
+``x-pagination-total``, ``x-pagination-next``, ``content-location`` and a resumable
+stream's ``location`` from script:
 against the default configuration (Daphne, ``*``), and against an allow-list under
 uvicorn, where a page from an origin not on the list gets nothing through.
 """
@@ -42,6 +43,10 @@ async function talk(api, token, mark) {
   const search = await post("/threads/search", {metadata: {mark: mark}, limit: 1});
   const ran = await post("/threads/" + made[0].thread_id + "/runs/wait",
                          {assistant_id: "steps", input: {n: 0}});
+  const streamed = await post("/threads/" + made[1].thread_id + "/runs/stream",
+                              {assistant_id: "steps", input: {n: 0}, stream_resumable: true});
+  const reconnect = streamed.headers.get("location");
+  await streamed.text();
   return {
     info: {status: info.status, server: (await info.json()).metadata.server},
     created: made.map((m) => m.status),
@@ -54,6 +59,7 @@ async function talk(api, token, mark) {
     run: {status: ran.status, values: await ran.json(),
           location: ran.headers.get("content-location"),
           thread_id: made[0].thread_id},
+    stream: {status: streamed.status, reconnect: reconnect, thread_id: made[1].thread_id},
   };
 }
 
@@ -156,6 +162,11 @@ def _assert_it_all_worked(result: dict[str, Any], api: Server) -> None:
     assert run["status"] == 200
     assert run["values"]["steps"] == ["a", "b", "c"]
     assert run["location"].startswith(f"/threads/{run['thread_id']}/runs/")
+    # Where the JavaScript SDK reconnects a dropped resumable stream: readable too.
+    stream = result["stream"]
+    assert stream["status"] == 200
+    assert stream["reconnect"].startswith(f"/threads/{stream['thread_id']}/runs/")
+    assert stream["reconnect"].endswith("/stream")
 
 
 def test_a_page_on_another_origin_uses_the_api(

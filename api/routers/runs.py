@@ -22,6 +22,7 @@ from api.auth import Principal, principal
 from api.schemas import MAX_OFFSET, ErrorOut, RunBatchItemIn, RunCreateIn, RunOut, RunsCancelIn
 from criogen import selectors
 from criogen.engine.errors import InvalidArgument
+from criogen.services.threads import delete_thread
 
 if TYPE_CHECKING:
     from criogen.storage.models import Run
@@ -116,14 +117,15 @@ def _wait(run: Run, timeout: float | None = None) -> Run:
         close_old_connections()
 
 
-def _stateless_cleanup(run: Run, on_completion: str | None, default: str) -> Any:
-    """What to do with a stateless run's thread when the run has ended."""
+def _stateless_cleanup(run: Run, on_completion: str | None, default: str, by: Any) -> Any:
+    """What to do with a stateless run's thread when the run has ended: with
+    ``on_completion="delete"``, the one delete verb, audited as the run's caller."""
     if (on_completion or default) != "delete" or run.thread_id is None:
         return None
     thread_id = run.thread_id
 
     def delete() -> None:
-        threads.storage().delete_thread(thread_id)
+        delete_thread(thread_id=thread_id, by=by, door="api")
 
     return delete
 
@@ -151,7 +153,9 @@ async def _wait_response(
         )
     run = await db(_create, who, thread_id, payload)
     cleanup = (
-        _stateless_cleanup(run, payload.on_completion, "delete") if thread_id is None else None
+        _stateless_cleanup(run, payload.on_completion, "delete", who.name)
+        if thread_id is None
+        else None
     )
     run = await wait_for_run(run, fields=api_runs.RESULT_FIELDS)
     result = await db(api_runs.run_result, run)
@@ -184,7 +188,9 @@ async def _stream_response(
             await channel[0].group_discard(thread_group(str(thread_id)), channel[1])
         raise
     cleanup = (
-        _stateless_cleanup(run, payload.on_completion, "delete") if thread_id is None else None
+        _stateless_cleanup(run, payload.on_completion, "delete", who.name)
+        if thread_id is None
+        else None
     )
     if payload.stream_resumable:
         # The log is written by a producer that outlives this response; the client
@@ -513,8 +519,9 @@ async def create_stateless_run(
 ) -> dict[str, Any]:
     """A run on a new thread of its own. ``on_completion`` ``keep`` (the default here)
     keeps that thread; ``delete`` removes it when the run ends."""
-    run = await db(_create, principal(request), None, payload)
-    cleanup = _stateless_cleanup(run, payload.on_completion, "keep")
+    who = principal(request)
+    run = await db(_create, who, None, payload)
+    cleanup = _stateless_cleanup(run, payload.on_completion, "keep", who.name)
     if cleanup is not None:
         _delete_when_done(run, cleanup)
     response["Content-Location"] = _location(run, stateless=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -125,4 +126,23 @@ def test_a_new_turn_of_an_agent_is_audited_with_its_actor(any_server: Server, al
     assert [(e["action"], e["actor"], e["door"]) for e in events] == [
         ("create", "alice", "api"),
         ("input", "alice", "api"),
+    ]
+
+
+def test_a_stateless_runs_thread_deleted_on_completion_is_audited_as_its_caller(
+    any_server: Server, alice: Any
+) -> None:
+    """``on_completion="delete"`` removes the run's own thread through the one delete
+    verb: one ``delete`` event naming the token's owner, from the API."""
+    run = alice.runs.create(None, "steps", input={"n": 0}, on_completion="delete")
+    tid = run["thread_id"]
+    deadline = time.monotonic() + 30
+    while any(e["action"] == "delete" for e in _events(any_server, tid)) is False:
+        assert time.monotonic() < deadline, _events(any_server, tid)
+        time.sleep(0.2)
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        alice.threads.get(tid)
+    assert gone.value.response.status_code == 404
+    assert [(e["action"], e["actor"], e["door"]) for e in _events(any_server, tid)][-1:] == [
+        ("delete", "alice", "api")
     ]

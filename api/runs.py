@@ -183,11 +183,11 @@ def load_run(who: Principal, thread_id: str, run_id: str) -> Run:
 def claim_owner(who: Principal, thread_id: str | None, *, created: bool) -> None:
     """For a thread a run has just created (``if_not_exists="create"``, stateless):
     record the caller as ``owner`` and give it the server's default TTL."""
-    from criogen.services.threads import claim_thread
+    from criogen.services.threads import adopt_thread
 
     if thread_id is None or not created:
         return
-    claim_thread(thread_id=thread_id, owner=who.user)
+    adopt_thread(thread_id=thread_id, owner=who.user)
 
 
 # -- streaming ------------------------------------------------------------------------

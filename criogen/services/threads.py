@@ -39,7 +39,7 @@ from criogen.storage.models.threads import TTL_STRATEGIES
 __all__ = [
     "MAX_TTL_MINUTES",
     "TTL_STRATEGIES",
-    "claim_thread",
+    "adopt_thread",
     "compact_thread",
     "copy_thread",
     "create_thread",
@@ -459,7 +459,7 @@ def update_thread(
     return row
 
 
-def claim_thread(*, thread_id: str, owner: Any) -> None:
+def adopt_thread(*, thread_id: str, owner: Any) -> None:
     """For a thread a run has just created (``if_not_exists="create"``, stateless):
     record ``owner``'s user name as the ``owner`` metadata, and give it the server's
     default TTL."""

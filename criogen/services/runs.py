@@ -272,6 +272,7 @@ def create_run(
         if multitask_strategy in CANCEL_ACTIONS:
             for other in active:
                 _cancel(other, action=multitask_strategy, by=f"run:{run_id}")
+        created = timezone.now()
         run = Run.objects.create(
             run_id=run_id,
             thread=thread,
@@ -286,7 +287,9 @@ def create_run(
             metadata=metadata or {},
             kwargs=kwargs,
             owner=owner if getattr(owner, "pk", None) is not None else None,
-            not_before=timezone.now() + timedelta(seconds=delay) if delay else None,
+            created_at=created,
+            updated_at=created,
+            not_before=created + timedelta(seconds=delay) if delay else None,
         )
         # LangGraph keeps the last assistant and graph on the thread's metadata.
         thread.metadata = {

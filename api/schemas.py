@@ -306,9 +306,14 @@ class RunCreateIn(In):
     after_seconds: Any = Field(
         None,
         description="A delayed run: it stays pending (its thread busy) for this many "
-        "seconds, then starts; a whole number, 0 or more (else 422). Runs queued on the "
+        "seconds, then starts; a whole number from 0 to a year (else 422). Runs queued on the "
         "thread meanwhile run after it.",
-        json_schema_extra={"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]},
+        json_schema_extra={
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": 366 * 24 * 3600},
+                {"type": "null"},
+            ]
+        },
     )
     strict_resume: bool | None = None
     langsmith_tracer: JsonObject | None = None

@@ -411,9 +411,14 @@ def _already_answered(thread: Thread, answering: Run) -> AlreadyDecided:
     )
 
 
+MAX_AFTER_SECONDS = 366 * 24 * 3600
+"""The longest delay a run may ask for (beyond it, a date overflows long before)."""
+
+
 def check_after_seconds(value: Any) -> int:
     """``after_seconds`` as a number of seconds (0 for None); InvalidArgument naming
-    the field for anything but a non-negative integer (``5.0`` is 5, ``5.5`` is not)."""
+    the field for anything but an integer from 0 to :data:`MAX_AFTER_SECONDS`
+    (``5.0`` is 5, ``5.5`` is not)."""
     if value is None:
         return 0
     if isinstance(value, float) and value.is_integer():
@@ -421,6 +426,11 @@ def check_after_seconds(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidArgument(
             f"after_seconds is {value!r}; use a whole number of seconds, 0 or more.",
+            field="after_seconds",
+        )
+    if value > MAX_AFTER_SECONDS:
+        raise InvalidArgument(
+            f"after_seconds is {value}; at most {MAX_AFTER_SECONDS} (a year).",
             field="after_seconds",
         )
     return value

@@ -49,7 +49,7 @@ from api.schemas import StreamModeName
 from criogen import selectors
 from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.errors import InvalidArgument, TooManyStreams
-from criogen.services.runs import ENDED
+from criogen.services.runs import ENDED, check_after_seconds
 
 if TYPE_CHECKING:
     from criogen.storage.models import Run
@@ -104,10 +104,8 @@ def check_options(payload: Any, *, stream: bool = False) -> None:
         raise InvalidArgument("feedback_keys (LangSmith) is not supported.", field="feedback_keys")
     if getattr(payload, "langsmith_tracer", None):
         raise InvalidArgument("langsmith_tracer is not supported.", field="langsmith_tracer")
-    if getattr(payload, "after_seconds", None):
-        raise InvalidArgument(
-            "after_seconds (delayed runs) is not supported.", field="after_seconds"
-        )
+    # A delayed run: a non-negative whole number of seconds (422 naming it otherwise).
+    check_after_seconds(getattr(payload, "after_seconds", None))
     stream_modes(payload.stream_mode)
 
 

@@ -313,7 +313,18 @@ class RunCreateIn(In):
         "stream on any server process (streams and background runs; ignored by wait).",
     )
     feedback_keys: list[str] | None = None
-    after_seconds: int | None = None
+    after_seconds: Any = Field(
+        None,
+        description="A delayed run: it stays pending (its thread busy) for this many "
+        "seconds, then starts; a whole number from 0 to a year (else 422). Runs queued on the "
+        "thread meanwhile run after it.",
+        json_schema_extra={
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": 366 * 24 * 3600},
+                {"type": "null"},
+            ]
+        },
+    )
     strict_resume: bool | None = None
     langsmith_tracer: JsonObject | None = None
 

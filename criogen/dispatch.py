@@ -9,6 +9,7 @@ Every call happens after the transaction that wrote the run has committed
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Protocol
 
 __all__ = ["Runner", "enqueue", "register", "start_next", "stop"]
@@ -17,8 +18,9 @@ __all__ = ["Runner", "enqueue", "register", "start_next", "stop"]
 class Runner(Protocol):
     """What the services ask of a runner."""
 
-    def enqueue_run(self, run_id: Any) -> None:
-        """Have the committed run executed (harmless twice: one claim wins)."""
+    def enqueue_run(self, run_id: Any, *, at: datetime | None = None) -> None:
+        """Have the committed run executed (harmless twice: one claim wins); ``at``:
+        not before that time (a delayed run)."""
 
     def request_stop(self, run_id: Any) -> None:
         """Stop the run before its next step, if this process executes it."""
@@ -45,9 +47,9 @@ def _current() -> Runner:
     return _runner
 
 
-def enqueue(run_id: Any) -> None:
-    """Hand the committed run to the runner."""
-    _current().enqueue_run(run_id)
+def enqueue(run_id: Any, *, at: datetime | None = None) -> None:
+    """Hand the committed run to the runner (``at``: a delayed run's time)."""
+    _current().enqueue_run(run_id, at=at)
 
 
 def stop(run_id: Any) -> None:

@@ -96,6 +96,7 @@ def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
         by=who.name or "api",
         door="api",
         decider=Decider(who.user, who.is_operator),
+        after_seconds=payload.after_seconds,
     )
     api_runs.claim_owner(who, run.thread_id, created=not existed)
     return run

@@ -1,7 +1,7 @@
 """Claiming a run: one conditional ``UPDATE`` moves it to ``running`` if it is this
-caller's to run (``pending``, or ``running`` with a dead worker) and no earlier run on
-its thread is still to end; ``rows != 1`` means someone else has it or it is not its
-turn."""
+caller's to run (``pending`` and due, or ``running`` with a dead worker) and no earlier
+run on its thread is still to end; ``rows != 1`` means someone else has it or it is not
+its turn (a delayed run before its ``not_before``, a run queued behind another)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ def _claim(run_id: str) -> Run | None:
         run.param("updated_at", timezone.now()),
         run.param("run_id", run_id),
         now,
+        run.param("not_before", timezone.now()),
     ]
     with connections[alias].cursor() as cursor:
         cursor.execute(statement.sql, params)
@@ -103,6 +104,7 @@ def _claim_statement(alias: str) -> _ClaimStatement | None:
         f" {col('started_at')} = COALESCE({col('started_at')}, %s), {col('updated_at')} = %s"
         f" WHERE {col('run_id')} = %s"
         f" AND ({status} = 'pending' OR ({status} = 'running' AND {lease} < %s))"
+        f" AND ({col('not_before')} IS NULL OR {col('not_before')} <= %s)"
         f" AND NOT EXISTS ({blockers})"
         f" RETURNING {run.select()}"
     )
@@ -115,6 +117,7 @@ def _claim_orm(run_id: str, now: float) -> Run | None:
     rows = (
         Run.objects.filter(pk=run_id)
         .filter(Q(status="pending") | Q(status="running", lease_expires__lt=now))
+        .filter(Q(not_before__isnull=True) | Q(not_before__lte=timezone.now()))
         .filter(~Exists(_blockers()))
         .update(
             status="running",

@@ -4,6 +4,7 @@ dead runs, sweeps expired threads and fires deadlines."""
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -48,6 +49,44 @@ def _submit(run_id: str) -> None:
         _futures.add(future)
     future.add_done_callback(_forget)
     start_background()
+
+
+_later: list[tuple[float, str]] = []
+_later_cond = threading.Condition()
+_later_thread: threading.Thread | None = None
+
+
+def _schedule(run_id: str, delay: float) -> None:
+    """Submit the run ``delay`` seconds from now (a delayed run): one timer thread per
+    process for all of them. Lost when the process ends: the reaper starts due runs."""
+    global _later_thread
+    with _later_cond:
+        heapq.heappush(_later, (time.monotonic() + delay, run_id))
+        _later_cond.notify()
+        if _later_thread is None or not _later_thread.is_alive():
+            _later_thread = threading.Thread(
+                target=_later_loop, name="criogen-run-later", daemon=True
+            )
+            _later_thread.start()
+    start_background()
+
+
+def _later_loop() -> None:
+    while not _shutdown.is_set():
+        with _later_cond:
+            if not _later:
+                _later_cond.wait(1.0)
+                continue
+            when, run_id = _later[0]
+            wait_for = when - time.monotonic()
+            if wait_for > 0:
+                _later_cond.wait(min(wait_for, 1.0))
+                continue
+            heapq.heappop(_later)
+        try:
+            _submit(run_id)
+        except Exception:
+            logger.exception("could not submit the delayed run %s", run_id)
 
 
 def _forget(future: Future[Any]) -> None:

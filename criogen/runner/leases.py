@@ -8,7 +8,7 @@ import threading
 import time
 from datetime import timedelta
 
-from django.db.models import Exists, Q
+from django.db.models import Exists, F, Q
 from django.utils import timezone
 
 from criogen import events
@@ -94,7 +94,8 @@ def reap_expired() -> dict[str, list[str]]:
     run that claims them continues from their last checkpoint (``sync``/``async``) or
     starts over (``exit``). ``pending`` runs that are first in line on their thread and
     older than a lease (their enqueue was lost, e.g. the web process died) are enqueued
-    again. Returns ``{"requeued": [...], "restarted": [...]}`` (run ids).
+    again, and so are delayed runs that came due (their timer died with a server).
+    Returns ``{"requeued": [...], "restarted": [...]}`` (run ids).
     """
     now = time.time()
     requeued: list[str] = []
@@ -109,14 +110,26 @@ def reap_expired() -> dict[str, list[str]]:
             logger.warning("run %s lost its worker; re-queued", pk)
             requeued.append(str(pk))
             events.run_changed(run_id=pk, thread_id=thread_id, status="pending")
-    stale = timezone.now() - timedelta(seconds=_lease_seconds())
-    restarted = [
-        str(pk)
-        for pk in Run.objects.filter(status="pending", updated_at__lt=stale)
+    moment = timezone.now()
+    stale = moment - timedelta(seconds=_lease_seconds())
+    due = Q(not_before__isnull=True) | Q(not_before__lte=moment)
+    # A delayed run that came due and was not touched since: its timer was lost (a
+    # restart) or its thread's previous run ended before it was due.
+    woken = Q(not_before__lte=moment, updated_at__lt=F("not_before"))
+    restarted: list[str] = []
+    for pk, not_before in (
+        Run.objects.filter(status="pending")
+        .filter((Q(updated_at__lt=stale) & due) | woken)
         .filter(~Exists(_blockers()))
-        .values_list("pk", flat=True)[:500]
-        if str(pk) not in requeued
-    ]
+        .values_list("pk", "not_before")[:500]
+    ):
+        if str(pk) in requeued:
+            continue
+        if not_before is not None:
+            # Touched now, so the next round does not hand it over again while it
+            # waits for a worker (the stale rule above still applies a lease later).
+            Run.objects.filter(pk=pk, status="pending").update(updated_at=moment)
+        restarted.append(str(pk))
     for run_id in requeued + restarted:
         enqueue_run(run_id)
     return {"requeued": requeued, "restarted": restarted}

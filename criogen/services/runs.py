@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, NoReturn
 
 from django.conf import settings
@@ -52,6 +53,7 @@ __all__ = [
     "RunNotFound",
     "cancel_active_runs",
     "cancel_run",
+    "check_after_seconds",
     "create_run",
     "delete_run",
     "may_decide",
@@ -116,6 +118,7 @@ def create_run(
     door: str = "api",
     expected: str | None = None,
     decider: Decider | None = None,
+    after_seconds: Any = None,
     _seen: _Seen | None = None,
 ) -> Run:
     """Create a run ``pending`` and have it executed once the transaction commits.
@@ -145,6 +148,10 @@ def create_run(
         decider: who answers, as the door authenticated them (None: a trusted door —
             Python, deadlines); an answer is refused with NotAllowedToDecide (403,
             audited) unless :func:`may_decide` says yes.
+        after_seconds: a delayed run: no worker starts it before that many seconds
+            from now (a non-negative integer; 0 or None: at once). It is ``pending``
+            meanwhile, its thread busy, and a run queued on the thread after it runs
+            after it (first in, first out).
         _seen: internal: what :func:`answer_thread` or :func:`retry_thread` already
             read of the thread.
     Raises:
@@ -186,6 +193,7 @@ def create_run(
     check_door(door)
     # Its form only: the address is checked when the webhook is sent (criogen.outbound).
     webhook = check_webhook_url(webhook)
+    delay = check_after_seconds(after_seconds)
 
     if resume is not None and seen is not None:
         if decider is not None:
@@ -276,6 +284,7 @@ def create_run(
         if multitask_strategy in CANCEL_ACTIONS:
             for other in active:
                 _cancel(other, action=multitask_strategy, by=f"run:{run_id}")
+        created = timezone.now()
         run = Run.objects.create(
             run_id=run_id,
             thread=thread,
@@ -290,6 +299,9 @@ def create_run(
             metadata=metadata or {},
             kwargs=kwargs,
             owner=owner if getattr(owner, "pk", None) is not None else None,
+            created_at=created,
+            updated_at=created,
+            not_before=created + timedelta(seconds=delay) if delay else None,
         )
         # LangGraph keeps the last assistant and graph on the thread's metadata.
         thread.metadata = {
@@ -411,10 +423,35 @@ def _already_answered(thread: Thread, answering: Run) -> AlreadyDecided:
     )
 
 
+MAX_AFTER_SECONDS = 366 * 24 * 3600
+"""The longest delay a run may ask for (beyond it, a date overflows long before)."""
+
+
+def check_after_seconds(value: Any) -> int:
+    """``after_seconds`` as a number of seconds (0 for None); InvalidArgument naming
+    the field for anything but an integer from 0 to :data:`MAX_AFTER_SECONDS`
+    (``5.0`` is 5, ``5.5`` is not)."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(
+            f"after_seconds is {value!r}; use a whole number of seconds, 0 or more.",
+            field="after_seconds",
+        )
+    if value > MAX_AFTER_SECONDS:
+        raise InvalidArgument(
+            f"after_seconds is {value}; at most {MAX_AFTER_SECONDS} (a year).",
+            field="after_seconds",
+        )
+    return value
+
+
 def _announce_and_enqueue(run: Run) -> None:
     events.run_changed(run_id=run.run_id, thread_id=run.thread_id, status="pending")
     try:
-        dispatch.enqueue(run.run_id)
+        dispatch.enqueue(run.run_id, at=run.not_before)
     except Exception:
         # The run is committed: the reaper restarts it once the broker is back, so the
         # caller gets its run instead of an error for a run that does exist.

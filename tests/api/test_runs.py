@@ -383,7 +383,6 @@ def test_an_unknown_durability_is_a_422(server: Server) -> None:
     [
         ("interrupt_before", ["b"]),
         ("interrupt_after", "*"),
-        ("after_seconds", 5),
         ("feedback_keys", ["score"]),
         ("surprise", 1),
     ],

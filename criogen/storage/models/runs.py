@@ -162,6 +162,11 @@ class Run(models.Model):
     )
     worker = models.CharField(max_length=255, blank=True, default="")
     lease_expires = models.FloatField(default=0.0, help_text="Unix time; renewed while running")
+    not_before = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="a delayed run (after_seconds): no worker claims it before this time",
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)

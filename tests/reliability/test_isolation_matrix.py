@@ -520,6 +520,14 @@ def _act(bob: httpx.Client, olga: httpx.Client, path: str, world: World) -> int:
     return _status(post_form(bob, path, resume), 403) + _status(post_form(bob, path, rewind), 403)
 
 
+def _claim(bob: httpx.Client, olga: httpx.Client, path: str, world: World) -> int:
+    """Claims are an operator's: bob can neither claim nor take over alice's waiting
+    thread (nor learn who holds it)."""
+    return _status(post_form(bob, path, {"claim": ""}), 403) + _status(
+        post_form(bob, path, {"take_over": ""}), 403
+    )
+
+
 def _bulk(bob: httpx.Client, olga: httpx.Client, path: str, world: World) -> int:
     item = f"{world.waiting}|{world.waiting_head}"
     return _status(post_form(bob, path, {"approve": "", "item": item}), 403)
@@ -559,6 +567,7 @@ DASHBOARD_CASES: dict[str, Callable[[httpx.Client, httpx.Client, str, World], in
     "checkpoint": _thread,
     "rewind_confirm": _operator_only,
     "thread_act": _act,
+    "thread_claim": _claim,
     "inbox_bulk": _bulk,
     "tokens": _tokens,
     "favicon": _public_icon,

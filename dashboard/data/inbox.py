@@ -147,9 +147,9 @@ class InboxFilters:
     claim: str = ""
     """``mine`` (held by the viewer), ``unclaimed``, or empty for all."""
     since_from: date | None = None
-    """Only threads waiting since this day or later (the ``from`` parameter)."""
+    """Only threads waiting since this day or later (the ``waiting_from`` parameter)."""
     since_to: date | None = None
-    """Only threads waiting since this day or earlier (the ``to`` parameter)."""
+    """Only threads waiting since this day or earlier (the ``waiting_to`` parameter)."""
     text: str = ""
     """Words to find in the waiting calls' tools and arguments or a workflow's payload."""
     after: str = ""
@@ -167,8 +167,8 @@ class InboxFilters:
             older_than=int(older) if older.isdigit() else None,
             q=str(query.get("q") or "").strip(),
             claim=claim if claim in ("mine", "unclaimed") else "",
-            since_from=_day(query.get("from")),
-            since_to=_day(query.get("to")),
+            since_from=_day(query.get("waiting_from")),
+            since_to=_day(query.get("waiting_to")),
             text=str(query.get("text") or "").strip()[:200],
             after=str(query.get("after") or "").strip(),
         )
@@ -184,8 +184,8 @@ class InboxFilters:
             "older_than": "" if self.older_than is None else str(self.older_than),
             "q": self.q,
             "claim": self.claim,
-            "from": self.since_from.isoformat() if self.since_from else "",
-            "to": self.since_to.isoformat() if self.since_to else "",
+            "waiting_from": self.since_from.isoformat() if self.since_from else "",
+            "waiting_to": self.since_to.isoformat() if self.since_to else "",
             "text": self.text,
             "after": self.after if page else "",
         }

@@ -74,18 +74,24 @@ def test_every_filter_is_in_the_url_the_pager_and_the_live_socket(
         "q": prefix,
         "claim": "unclaimed",
         "assistant": "refunds",
-        "from": "2026-02-01",
-        "to": "2026-03-03",
+        "waiting_from": "2026-02-01",
+        "waiting_to": "2026-03-03",
         "text": "issue_refund",
     }
     html = as_operator.get("/ui/inbox/", query).content.decode()
     assert html.count('class="card waiting"') == INBOX_LIMIT
     assert f"<strong>{INBOX_LIMIT + 5}</strong> waiting" in html
     # The filter form shows them back; the socket and the next page keep them.
-    assert 'name="from" value="2026-02-01"' in html and 'name="to" value="2026-03-03"' in html
+    assert 'name="waiting_from" value="2026-02-01"' in html
+    assert 'name="waiting_to" value="2026-03-03' in html
     assert 'name="text" value="issue_refund"' in html
     socket = re.search(r'ws-connect="([^"]+)"', html).group(1)
-    for part in ("claim=unclaimed", "from=2026-02-01", "to=2026-03-03", "text=issue_refund"):
+    for part in (
+        "claim=unclaimed",
+        "waiting_from=2026-02-01",
+        "waiting_to=2026-03-03",
+        "text=issue_refund",
+    ):
         assert part in socket
     next_url = re.search(r'href="\?([^"]+)" rel="next"', html).group(1).replace("&amp;", "&")
     for part in ("claim=unclaimed", "assistant=refunds", "text=issue_refund", f"q={prefix}"):
@@ -98,7 +104,7 @@ def test_every_filter_is_in_the_url_the_pager_and_the_live_socket(
     assert 'rel="next"' not in second and "First page" in second
     assert "after=" in re.search(r'ws-connect="([^"]+)"', second).group(1)
     # Bad dates are ignored (no filter), a bad cursor is named.
-    assert as_operator.get("/ui/inbox/", {"from": "soon"}).status_code == 200
+    assert as_operator.get("/ui/inbox/", {"waiting_from": "soon"}).status_code == 200
     bad = as_operator.get("/ui/inbox/", {"after": "nope"})
     assert bad.status_code == 422 and 'data-field="after"' in bad.content.decode()
 
@@ -112,7 +118,9 @@ def test_a_date_range_covers_whole_days(operator: Any, as_operator: Client) -> N
         html = as_operator.get("/ui/inbox/", {"q": prefix, **query}).content.decode()
         return set(re.findall(r'data-thread="([^"]+)"', html))
 
-    assert shown(**{"from": day.isoformat(), "to": day.isoformat()}) == set(rows["agents"][:5])
+    assert shown(waiting_from=day.isoformat(), waiting_to=day.isoformat()) == set(
+        rows["agents"][:5]
+    )
     later = (day + timedelta(days=1)).isoformat()
-    assert shown(**{"from": later}) == {rows["agents"][5]}
-    assert shown(to=(day - timedelta(days=1)).isoformat()) == {rows["workflow"]}
+    assert shown(waiting_from=later) == {rows["agents"][5]}
+    assert shown(waiting_to=(day - timedelta(days=1)).isoformat()) == {rows["workflow"]}

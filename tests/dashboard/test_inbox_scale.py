@@ -124,3 +124,32 @@ def test_a_date_range_covers_whole_days(operator: Any, as_operator: Client) -> N
     later = (day + timedelta(days=1)).isoformat()
     assert shown(waiting_from=later) == {rows["agents"][5]}
     assert shown(waiting_to=(day - timedelta(days=1)).isoformat()) == {rows["workflow"]}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_live_socket_keeps_the_page_the_range_and_the_search(operator: Any) -> None:
+    from urllib.parse import urlencode
+
+    from channels.db import database_sync_to_async
+
+    from tests.dashboard.test_consumers import card_ids, connect
+
+    prefix = f"live-{uuid.uuid4().hex[:8]}"
+    rows = await database_sync_to_async(checks.make_rows)(prefix, operator, n=7)
+    order = [rows["workflow"], *sorted(rows["agents"][:5]), *sorted(rows["agents"][5:])]
+    # Page two of pages of 50 is reached with the cursor of the third card here.
+    third = await database_sync_to_async(
+        lambda: list(suspended_threads(viewer(operator), q=prefix)[2:3])
+    )()
+    after = f"{third[0].updated_at.isoformat()}|{third[0].id}"
+    query = urlencode({"q": prefix, "after": after, "waiting_from": "2026-03-02"})
+    ws = await connect(f"/ws/ui/inbox/?{query}", operator)
+    html = await ws.receive_from(timeout=5)
+    assert sorted(card_ids(html)) == sorted(order[3:])
+    await ws.disconnect()
+
+    query = urlencode({"q": prefix, "text": "ord-002", "waiting_to": "2026-03-02"})
+    ws = await connect(f"/ws/ui/inbox/?{query}", operator)
+    html = await ws.receive_from(timeout=5)
+    assert card_ids(html) == {rows["agents"][2]}
+    await ws.disconnect()

@@ -37,7 +37,12 @@ from criogen.selectors.checkpoints import (
 )
 from criogen.selectors.claims import CLAIM_FILTERS, claim_of, claims_of, filter_claimed
 from criogen.selectors.crons import count_crons, cron_for, search_crons
-from criogen.selectors.inbox import inbox_assistants, inbox_page, suspended_threads
+from criogen.selectors.inbox import (
+    content_search_available,
+    inbox_assistants,
+    inbox_page,
+    suspended_threads,
+)
 from criogen.selectors.runs import (
     RunNotFound,
     active_runs,
@@ -110,6 +115,7 @@ __all__ = [
     "find_run",
     "first_run_version",
     "get_run",
+    "content_search_available",
     "inbox_assistants",
     "inbox_page",
     "open_json",

@@ -3,19 +3,53 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, Func, OuterRef, Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTransform
 
+from criogen.engine.errors import InvalidArgument
 from criogen.selectors.claims import filter_claimed
 from criogen.selectors.visibility import Who, visible_threads
 from criogen.storage.models import Checkpoint as CheckpointRow
 from criogen.storage.models import Thread
 
-__all__ = ["inbox_assistants", "inbox_page", "suspended_threads"]
+__all__ = [
+    "content_search_available",
+    "inbox_assistants",
+    "inbox_page",
+    "suspended_threads",
+]
+
+
+def content_search_available() -> bool:
+    """Whether the inbox may search checkpoint contents: not when an encryption key is
+    configured (bodies are sealed at rest, and the database cannot read them)."""
+    from criogen.storage.models.runs import sealing
+
+    return not sealing()
+
+
+class _Interrupts(Func):
+    """The ``interrupts`` of a checkpoint body (JSON text), as text the database can
+    search; NULL for a body that is not JSON (a sealed one)."""
+
+    output_field = TextField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:  # noqa: D102
+        if connection.vendor == "postgresql":
+            template = (
+                "(CASE WHEN left(%(expressions)s, 1) = '{' "
+                "THEN ((%(expressions)s)::jsonb -> 'interrupts')::text END)"
+            )
+        else:
+            template = (
+                "(CASE WHEN json_valid(%(expressions)s) "
+                "THEN json_extract(%(expressions)s, '$.interrupts') END)"
+            )
+        return super().as_sql(compiler, connection, template=template, **extra)
 
 
 def suspended_threads(
@@ -27,11 +61,21 @@ def suspended_threads(
     q: str = "",
     claim: str = "",
     claimer: Any = None,
+    waiting_from: datetime | None = None,
+    waiting_to: datetime | None = None,
+    text: str = "",
 ) -> QuerySet[Thread]:
     """Suspended threads ``who`` may see, oldest waiting first: of ``assistant`` (its
     graph or assistant id), waiting on a call to ``tool``, waiting at least
     ``older_than`` minutes, whose id or owner's name contains ``q``, held by the user
-    ``claimer`` (``claim="mine"``) or by nobody (``claim="unclaimed"``)."""
+    ``claimer`` (``claim="mine"``) or by nobody (``claim="unclaimed"``), waiting since
+    ``waiting_from`` or later and before ``waiting_to``, whose pending interrupts (tool
+    names and arguments, workflow payloads) contain ``text`` (any case).
+
+    Raises:
+        InvalidArgument: ``text`` while an encryption key is configured (``field="text"``):
+            the contents are sealed, so they cannot be searched.
+    """
     # Thread.updated_at moves with the head, so for a suspended thread it is the moment it
     # suspended; (head_status, updated_at) is indexed for exactly this query.
     qs = visible_threads(who).filter(head_status="suspended")
@@ -52,28 +96,64 @@ def suspended_threads(
         qs = qs.filter(Q(id__icontains=q) | Q(owner__username__icontains=q))
     if claim:
         qs = filter_claimed(qs, claim, claimer)
+    if waiting_from is not None:
+        qs = qs.filter(updated_at__gte=waiting_from)
+    if waiting_to is not None:
+        qs = qs.filter(updated_at__lt=waiting_to)
+    if text:
+        if not content_search_available():
+            raise InvalidArgument(
+                "content search is off: checkpoints are encrypted at rest.", field="text"
+            )
+        # Only the head's pending interrupts are searched (not the whole state): what the
+        # card shows. JSON text escapes quotes and backslashes, so the needle is escaped
+        # the same way (without its surrounding quotes).
+        needle = json.dumps(text, ensure_ascii=False)[1:-1]
+        heads = CheckpointRow.objects.filter(id=OuterRef("head_id")).annotate(
+            pending=_Interrupts(F("body"))
+        )
+        qs = qs.filter(Exists(heads.filter(pending__icontains=needle)))
     return qs.order_by("updated_at", "id")
 
 
 def inbox_page(
-    who: Who, *, limit: int, **filters: Any
-) -> tuple[list[Thread], dict[str, CheckpointRow], int]:
-    """The first ``limit`` of :func:`suspended_threads` (``filters`` as it takes them),
-    with their owners and claim rows (see :func:`~criogen.selectors.claims.claims_of`);
-    their head checkpoint rows by id; and how many match in all.
+    who: Who, *, limit: int, after: str = "", **filters: Any
+) -> tuple[list[Thread], dict[str, CheckpointRow], int, str]:
+    """One page of :func:`suspended_threads` (``filters`` as it takes them): at most
+    ``limit`` threads after the cursor ``after``, with their owners and claim rows (see
+    :func:`~criogen.selectors.claims.claims_of`); their head checkpoint rows by id; how
+    many match in all (every page); and the cursor of the next page ('' at the end).
 
-    Three queries whatever the number of rows: the count, the threads (with owners), and
-    their head checkpoints.
+    Keyset pagination on ``(updated_at, id)``, oldest first: ties on the moment are
+    broken by id, so no thread is shown twice or skipped between pages. Three queries
+    whatever the number of rows: the count, the threads (with owners), and their heads.
+
+    Raises:
+        InvalidArgument: a malformed cursor (``field="after"``), or see
+            :func:`suspended_threads`.
     """
     qs = suspended_threads(who, **filters)
+    if after:
+        stamp, sep, last_id = after.partition("|")
+        try:
+            when: datetime | None = datetime.fromisoformat(stamp)
+        except ValueError:
+            when = None
+        if when is None or not sep or not last_id:
+            raise InvalidArgument("the page cursor is malformed; start again.", field="after")
     total = qs.count()
+    if after:
+        qs = qs.filter(Q(updated_at__gt=when) | Q(updated_at=when, id__gt=last_id))
     # Their claims come in the same query (a thread has at most one claim row).
-    threads = list(qs.select_related("owner", "claim__user")[:limit])
+    threads = list(qs.select_related("owner", "claim__user")[: limit + 1])
+    more = len(threads) > limit
+    threads = threads[:limit]
     heads = {
         row.id: row
         for row in CheckpointRow.objects.filter(id__in=[t.head_id for t in threads if t.head_id])
     }
-    return threads, heads, total
+    cursor = f"{threads[-1].updated_at.isoformat()}|{threads[-1].id}" if more and threads else ""
+    return threads, heads, total, cursor
 
 
 def inbox_assistants(who: Who) -> list[str]:

@@ -26,6 +26,7 @@ from dashboard.data.inbox import (
     inbox_assistants,
     inbox_count,
     inbox_items,
+    inbox_listing,
 )
 from dashboard.data.thread_list import (
     STATUSES,
@@ -63,6 +64,7 @@ __all__ = [
     "inbox_assistants",
     "inbox_count",
     "inbox_items",
+    "inbox_listing",
     "open_json",
     "state_diff",
     "status_counts",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -21,11 +21,13 @@ __all__ = [
     "INBOX_LIMIT",
     "InboxFilters",
     "InboxItem",
+    "InboxPage",
     "WaitingCall",
     "describe_interrupts",
     "inbox_assistants",
     "inbox_count",
     "inbox_items",
+    "inbox_listing",
 ]
 
 INBOX_LIMIT = 50
@@ -144,10 +146,19 @@ class InboxFilters:
     q: str = ""
     claim: str = ""
     """``mine`` (held by the viewer), ``unclaimed``, or empty for all."""
+    since_from: date | None = None
+    """Only threads waiting since this day or later (the ``waiting_from`` parameter)."""
+    since_to: date | None = None
+    """Only threads waiting since this day or earlier (the ``waiting_to`` parameter)."""
+    text: str = ""
+    """Words to find in the waiting calls' tools and arguments or a workflow's payload."""
+    after: str = ""
+    """The page cursor (``updated_at|id`` of the last card of the page before)."""
 
     @classmethod
     def from_query(cls, query: Any) -> InboxFilters:
-        """Read the filters from a QueryDict (bad numbers are ignored, not errors)."""
+        """Read the filters from a QueryDict (bad numbers and dates are ignored, not
+        errors; a bad cursor is refused by the selector)."""
         older = str(query.get("older_than") or "").strip()
         claim = str(query.get("claim") or "").strip()
         return cls(
@@ -156,10 +167,15 @@ class InboxFilters:
             older_than=int(older) if older.isdigit() else None,
             q=str(query.get("q") or "").strip(),
             claim=claim if claim in ("mine", "unclaimed") else "",
+            since_from=_day(query.get("waiting_from")),
+            since_to=_day(query.get("waiting_to")),
+            text=str(query.get("text") or "").strip()[:200],
+            after=str(query.get("after") or "").strip(),
         )
 
-    def as_query(self) -> str:
-        """The filters as a URL query string (for the live socket and links)."""
+    def as_query(self, *, page: bool = True) -> str:
+        """The filters as a URL query string (for the live socket and links); with
+        ``page=False`` without the page cursor (the first page of the same filters)."""
         from urllib.parse import urlencode
 
         items = {
@@ -168,25 +184,83 @@ class InboxFilters:
             "older_than": "" if self.older_than is None else str(self.older_than),
             "q": self.q,
             "claim": self.claim,
+            "waiting_from": self.since_from.isoformat() if self.since_from else "",
+            "waiting_to": self.since_to.isoformat() if self.since_to else "",
+            "text": self.text,
+            "after": self.after if page else "",
         }
         return urlencode({k: v for k, v in items.items() if v})
+
+    @property
+    def filter_query(self) -> str:
+        """The filters without the page cursor (links to the first page, next pages)."""
+        return self.as_query(page=False)
 
     @property
     def active(self) -> bool:
         return bool(self.as_query())
 
+    @property
+    def narrowed(self) -> bool:
+        """Whether any filter (not only a page cursor) is set."""
+        return bool(self.filter_query)
+
+
+def _day(value: Any) -> date | None:
+    """A ``YYYY-MM-DD`` day, or None when absent or malformed."""
+    try:
+        return date.fromisoformat(str(value or "").strip())
+    except ValueError:
+        return None
+
+
+def _day_start(day: date | None) -> datetime | None:
+    """The first moment of ``day`` in the current time zone."""
+    if day is None:
+        return None
+    return timezone.make_aware(datetime.combine(day, time.min))
+
+
+@dataclass
+class InboxPage:
+    """One page of the inbox."""
+
+    items: list[InboxItem]
+    total: int
+    """How many suspended threads match the filters in all (every page)."""
+    next_cursor: str = ""
+    """The cursor of the next page ('' on the last)."""
+    error: Any = None
+    """An :class:`~criogen.engine.errors.InvalidArgument` (bad cursor, content search
+    while encrypted) when the page could not be listed; its ``field`` names the input."""
+
 
 def inbox_items(
     user: User, filters: InboxFilters | None = None, *, limit: int = INBOX_LIMIT
 ) -> tuple[list[InboxItem], int]:
-    """The inbox cards (at most ``limit``) and how many suspended threads match in all.
+    """The inbox cards (at most ``limit``) and how many suspended threads match in all."""
+    page = inbox_listing(user, filters, limit=limit)
+    return page.items, page.total
+
+
+def inbox_listing(
+    user: User, filters: InboxFilters | None = None, *, limit: int = INBOX_LIMIT
+) -> InboxPage:
+    """One page of inbox cards (at most ``limit``, after ``filters.after``), how many
+    match in all, and the next page's cursor; a refused filter is the page's ``error``.
 
     Three queries whatever the number of rows: the count, the threads (with owners and
     claims), and their head checkpoints.
     """
-    threads, heads, total = selectors.inbox_page(
-        viewer(user), limit=limit, **_inbox_filters(filters), claimer=user.pk
-    )
+    from criogen.engine.errors import InvalidArgument
+
+    f = filters or InboxFilters()
+    try:
+        threads, heads, total, cursor = selectors.inbox_page(
+            viewer(user), limit=limit, after=f.after, **_inbox_filters(f), claimer=user.pk
+        )
+    except InvalidArgument as exc:
+        return InboxPage(items=[], total=0, error=exc)
     claims = selectors.claims_of(threads)
     items = []
     for thread in threads:
@@ -208,7 +282,7 @@ def inbox_items(
                 claim=claims.get(thread.pk),
             )
         )
-    return items, total
+    return InboxPage(items=items, total=total, next_cursor=cursor)
 
 
 def _inbox_filters(filters: InboxFilters | None) -> dict[str, Any]:
@@ -219,6 +293,9 @@ def _inbox_filters(filters: InboxFilters | None) -> dict[str, Any]:
         "older_than": f.older_than,
         "q": f.q,
         "claim": f.claim,
+        "waiting_from": _day_start(f.since_from),
+        "waiting_to": _day_start(f.since_to + timedelta(days=1)) if f.since_to else None,
+        "text": f.text,
     }
 
 

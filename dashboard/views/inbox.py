@@ -10,7 +10,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from criogen.selectors import CLAIM_FILTERS, checkpoint_row, viewer, visible_threads
+from criogen.selectors import (
+    CLAIM_FILTERS,
+    checkpoint_row,
+    content_search_available,
+    viewer,
+    visible_threads,
+)
 from dashboard import actions
 from dashboard.data import (
     InboxFilters,
@@ -18,7 +24,7 @@ from dashboard.data import (
     body_of,
     describe_interrupts,
     inbox_assistants,
-    inbox_items,
+    inbox_listing,
     thread_url,
 )
 from dashboard.forms import FormError, decisions_from
@@ -29,10 +35,13 @@ AGES = [(5, "5 minutes"), (60, "1 hour"), (240, "4 hours"), (1440, "1 day"), (10
 
 def inbox_context(user: User, filters: InboxFilters, *, can_act: bool) -> dict[str, Any]:
     """What the inbox list partial needs (shared with the live consumer)."""
-    items, total = inbox_items(user, filters)
+    page = inbox_listing(user, filters)
     return {
-        "items": items,
-        "inbox_total": total,
+        "items": page.items,
+        "inbox_total": page.total,
+        "next_cursor": page.next_cursor,
+        "filter_error": page.error,
+        "content_search": content_search_available(),
         "filters": filters,
         "can_act": can_act,
         "user": user,
@@ -49,9 +58,10 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
     context["assistants"] = inbox_assistants(request.user)
     context["ages"] = AGES
     context["claim_choices"] = CLAIM_FILTERS
+    status = 422 if context["filter_error"] else 200
     if request.htmx:
         return render(request, "dashboard/inbox.html#inbox-list", context)
-    return render(request, "dashboard/inbox.html", context)
+    return render(request, "dashboard/inbox.html", context, status=status)
 
 
 @require_POST

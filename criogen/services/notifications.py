@@ -162,7 +162,6 @@ def _notify_suspension(run_id: str) -> bool:
         "interrupts": head.interrupts,
         "url": url,
     }
-    _send(notify, payload=payload, subject=subject, body=body, run_id=run.pk, head=head)
     storage().record_audit(
         "notify",
         thread_id=run.thread_id,
@@ -174,6 +173,8 @@ def _notify_suspension(run_id: str) -> bool:
             "email": notify["email"],
         },
     )
+    # Audited first: the log tells of every notification whose calls may follow.
+    _send(notify, payload=payload, subject=subject, body=body, run_id=run.pk, head=head)
     return True
 
 

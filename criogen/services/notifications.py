@@ -39,6 +39,7 @@ from django.urls import NoReverseMatch, reverse
 from criogen import outbound
 from criogen.engine.errors import InvalidArgument
 from criogen.registry import storage
+from criogen.selectors.claims import claim_of
 from criogen.storage.models import Assistant, DeadlineFiring, Run
 
 __all__ = ["check_notify", "notify_of", "notify_reminder", "notify_suspension"]
@@ -180,18 +181,29 @@ def _notify_suspension(run_id: str) -> bool:
 
 def notify_reminder(head: Any, interrupt: dict[str, Any], subject: str, body: str) -> None:
     """Send a deadline reminder of ``head`` to the notification channels of the
-    assistant whose run suspended it too (the reminder's own once-row guards it)."""
+    assistant whose run suspended it too (the reminder's own once-row guards it); when
+    an operator claimed the suspension, the message names them and their address is
+    added to the e-mail's."""
     try:
-        run = Run.objects.select_related("assistant").filter(pk=head.run_id).first()
+        run = Run.objects.select_related("assistant", "thread").filter(pk=head.run_id).first()
     except (ValueError, ValidationError):  # not a run's id (a write by hand)
         return
     notify = notify_of(run.assistant) if run is not None else None
     if notify is None:
         return
     url = thread_url(head.thread_id)
+    recipients = list(notify["email"])
+    claim = claim_of(run.thread) if run.thread is not None else None
+    if claim is not None:
+        # A claimed suspension waits past its reminder: its holder hears of it too.
+        holder = claim.user.get_username()
+        subject = f"{subject}, claimed by {holder} since {claim.since:%Y-%m-%d %H:%M} UTC"
+        if claim.user.email and claim.user.email not in recipients:
+            recipients.append(claim.user.email)
     payload = {
         "text": f"{subject}: <{url}|open the thread>",
         "event": "reminder",
+        "claimed_by": claim.user.get_username() if claim is not None else None,
         "thread_id": head.thread_id,
         "run_id": str(run.pk),
         "assistant_id": str(run.assistant_id),
@@ -201,7 +213,7 @@ def notify_reminder(head: Any, interrupt: dict[str, Any], subject: str, body: st
         "url": url,
     }
     _send(
-        notify,
+        {**notify, "email": recipients},
         payload=payload,
         subject=subject,
         body=f"{body}Decide here: {url}\n",

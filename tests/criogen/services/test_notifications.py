@@ -12,12 +12,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.core import mail
 from django.utils import timezone
 
 from criogen import outbound, registry, runner
 from criogen.engine.errors import InvalidArgument
 from criogen.services.assistants import create_assistant, update_assistant
+from criogen.services.claims import claim_thread
 from criogen.services.deadlines import fire_deadlines
 from criogen.services.notifications import notify_suspension
 from criogen.services.runs import create_run, wait_run
@@ -150,12 +152,16 @@ def test_nothing_is_sent_for_an_assistant_without_notify(thread_id: str, audit: 
 def test_a_reminder_also_reaches_the_assistants_channels(
     thread_id: str, listener: Listener
 ) -> None:
+    """And a claimed suspension waiting past its reminder names its holder, who gets the
+    e-mail too."""
     url = f"http://127.0.0.1:{listener.port}/hook"
     assistant = create_assistant(
         graph_id="deadlines",
         metadata={"notify": {"webhook": url, "email": "ops@example.com"}},
     )
     suspend(thread_id, str(assistant.assistant_id), remind="1h", deadline="24h")
+    holder = User.objects.create_user("olga", email="olga@example.com", is_staff=True)
+    claim_thread(thread_id, by=holder, door="ui")
     later = timezone.now() + timedelta(hours=2)
 
     assert fire_deadlines(now=later) == {"defaults": 0, "reminders": 1}
@@ -166,8 +172,16 @@ def test_a_reminder_also_reaches_the_assistants_channels(
     reminder = listener.received[1]["body"]
     assert reminder["text"].startswith("Waiting for a decision: approve refund")
     assert reminder["interrupts"][0]["deadline"] == "24h"
-    assert [m.to for m in mail.outbox] == [["ops@example.com"], ["ops@example.com"]]
-    assert "Deadline: 24h" in mail.outbox[1].body
+    assert reminder["claimed_by"] == "olga" and "claimed by olga since" in reminder["text"]
+    # The suspension's e-mail; then the operators' own reminder (olga is staff) and the
+    # assistant's, sent side by side.
+    assert mail.outbox[0].to == ["ops@example.com"]
+    reminders = sorted(mail.outbox[1:], key=lambda m: len(m.to))
+    assert [m.to for m in reminders] == [
+        ["olga@example.com"],
+        ["ops@example.com", "olga@example.com"],
+    ]
+    assert "Deadline: 24h" in reminders[1].body and "claimed by olga" in reminders[1].subject
 
 
 @pytest.mark.parametrize(

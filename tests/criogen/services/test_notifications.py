@@ -204,3 +204,21 @@ def test_a_bad_notify_setting_is_refused_naming_the_field(notify: Any, field: st
     with pytest.raises(InvalidArgument) as raised:
         update_assistant(assistant_id=str(assistant.assistant_id), metadata={"notify": notify})
     assert raised.value.details["field"] == field
+
+
+def test_the_notification_is_not_taken_for_an_answer(
+    thread_id: str, listener: Listener, audit: None
+) -> None:
+    """``who_decided`` reads the first audit event after a suspension as its answer when
+    nothing else names one: the system's ``notify`` event must not count."""
+    from criogen.selectors.audit import who_decided
+    from criogen.storage.models import Thread
+
+    url = f"http://127.0.0.1:{listener.port}/hook"
+    assistant = create_assistant(graph_id="deadlines", metadata={"notify": {"webhook": url}})
+    suspend(thread_id, str(assistant.assistant_id))
+    head = registry.get_graph("deadlines").thread(thread_id).head
+    events = registry.storage().audit_events(thread_id=thread_id)
+    assert "notify" in [e.action for e in events]
+
+    assert who_decided(Thread.objects.get(pk=thread_id), head.id)[0] == ""

@@ -1,8 +1,10 @@
 """Outbound calls: the one sender every webhook and reminder e-mail leaves through.
 
-Criogen calls out in four places: a run's ``webhook`` when the run ends (``run``, or
+Criogen calls out in five places: a run's ``webhook`` when the run ends (``run``, or
 ``cron`` for a run a cron started), a suspension's reminder to that webhook
-(``reminder``), and the reminder e-mail to operators (``email``). Each goes through
+(``reminder``), an assistant's notification webhook (``notify``,
+:mod:`criogen.services.notifications`), and the reminder or notification e-mail
+(``email``). Each goes through
 :func:`send_webhook` or :func:`send_email`, which never raise and return at once: the
 call is delivered off the caller's thread, by a bounded pool of sender threads
 (``CRIOGEN_OUTBOUND_WORKERS``; at most ``CRIOGEN_OUTBOUND_QUEUE`` calls wait) or, with

@@ -372,6 +372,9 @@ CRIOGEN_OUTBOUND_BACKOFF_SECONDS = envfloat("CRIOGEN_OUTBOUND_BACKOFF_SECONDS", 
 # The in-process sender: its threads, and how many calls may wait for them.
 CRIOGEN_OUTBOUND_WORKERS = envint("CRIOGEN_OUTBOUND_WORKERS", 4)
 CRIOGEN_OUTBOUND_QUEUE = envint("CRIOGEN_OUTBOUND_QUEUE", 1000)
+# Where the dashboard is served ("https://criogen.example.com"): notifications link to
+# thread pages with it (unset: the links are paths).
+CRIOGEN_PUBLIC_URL = envstr("CRIOGEN_PUBLIC_URL")
 # How often the in-process timer fires due crons (seconds); Celery beat does it too.
 CRIOGEN_CRON_TICK_SECONDS = envint("CRIOGEN_CRON_TICK_SECONDS", 10)
 CELERY_BEAT_SCHEDULE["criogen-fire-crons"] = {

@@ -37,6 +37,7 @@ from criogen.runner.claim import _claim
 from criogen.runner.handoff import start_next
 from criogen.runner.leases import _leases
 from criogen.runner.stops import _Stop, _stops, _stops_lock
+from criogen.services.notifications import notify_suspension
 from criogen.storage.models import Run
 
 __all__ = ["execute_run"]
@@ -103,6 +104,9 @@ def execute_run(run_id: Any) -> str | None:
         events.run_changed(run_id=run_id, thread_id=thread_id, status=outcome.status)
         if (run.kwargs or {}).get("webhook"):
             _post_webhook(run_id)
+        if outcome.status == "interrupted" and not outcome.cancelled:
+            # The run ended with its thread suspended: the assistant's notifications.
+            notify_suspension(run_id)  # after commit, once per suspension; never raises
     else:
         logger.warning("run %s was taken over while it ran; its outcome is not recorded", run_id)
     if thread_id is not None:

@@ -14,6 +14,9 @@ from criogen.storage.orm.audit import of_earlier_thread
 
 __all__ = ["audit_events", "who_decided"]
 
+NOT_ANSWERS = ("notify", "deadline_reminder")
+"""Audit actions written about a suspension that do not answer it."""
+
 
 def who_decided(thread: Thread, checkpoint_id: str) -> tuple[str, datetime | None]:
     """Who answered the suspension ``checkpoint_id`` and when, as far as the records tell.
@@ -53,11 +56,13 @@ def who_decided(thread: Thread, checkpoint_id: str) -> tuple[str, datetime | Non
     at = later.created_at if later is not None else thread.updated_at
     suspended = CheckpointRow.objects.filter(pk=checkpoint_id).values_list("created_at", flat=True)
     since = suspended.first() or at
-    # The first person to act on the thread after it suspended is who answered it.
+    # The first person to act on the thread after it suspended is who answered it (the
+    # system's notifications and reminders of the suspension answer nothing).
     event = (
         AuditEvent.objects.filter(thread_id=thread.pk, created_at__gte=since)
         .exclude(actor=None)
         .exclude(actor="")
+        .exclude(action__in=NOT_ANSWERS)
         .order_by("created_at")
         .first()
     )

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from criogen.engine.errors import Conflict, InvalidArgument
 from criogen.registry import GraphNotFound, get_graph, graph_ids
+from criogen.services.notifications import check_notify
 from criogen.storage.models import Assistant, Thread
 
 __all__ = [
@@ -111,6 +112,7 @@ def create_assistant(
     comes back unchanged). ``by`` is recorded as ``metadata.created_by``.
     """
     get_graph(graph_id)  # GraphNotFound (404) for an unknown graph
+    check_notify(metadata)  # InvalidArgument (422) naming metadata.notify
     key = uuid.uuid4()
     if assistant_id is not None:
         try:
@@ -141,6 +143,7 @@ def update_assistant(*, assistant_id: str, **fields: Any) -> Assistant:
     ``assistant_id`` (as :func:`resolve_assistant` reads it); its version goes up by one."""
     if fields.get("graph_id"):
         get_graph(fields["graph_id"])  # GraphNotFound (404) for an unknown graph
+    check_notify(fields.get("metadata"))  # InvalidArgument (422) naming metadata.notify
     with transaction.atomic():
         # Locked: two concurrent updates each raise the version once.
         row = Assistant.objects.select_for_update().get(

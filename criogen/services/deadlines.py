@@ -40,6 +40,7 @@ from criogen.engine.checkpoints import new_id
 from criogen.engine.errors import CriogenError
 from criogen.engine.store import AuditRecord
 from criogen.registry import storage
+from criogen.services.notifications import notify_reminder
 from criogen.storage.models import DeadlineFiring, Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 
@@ -243,6 +244,7 @@ def _remind(head: Any, interrupt: dict[str, Any]) -> bool:
             subject=subject, body=body, recipients=recipients, thread_id=head.thread_id
         )
     _post_webhook(head, interrupt, subject)
+    notify_reminder(head, interrupt, subject, body)  # the assistant's metadata.notify
     storage().record_audit(
         "deadline_reminder",
         thread_id=head.thread_id,

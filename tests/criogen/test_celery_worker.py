@@ -118,9 +118,10 @@ class Cluster:
         machine, and by then a worker may have run the whole run, so a test waiting to
         see it ``running`` would wait for nothing. The shell is reaped with the cluster.
         """
+        assistant_id = options.pop("assistant_id", "steps")
         code = (
             "from criogen.services.runs import create_run\n"
-            f"run = create_run(thread_id={thread_id!r}, assistant_id='steps', "
+            f"run = create_run(thread_id={thread_id!r}, assistant_id={assistant_id!r}, "
             f"if_not_exists='create', **{options!r})\n"
             "print('RUN', run.pk, flush=True)"
         )
@@ -386,6 +387,33 @@ def test_webhooks_are_sent_and_retried_by_celery_tasks(cluster: Cluster) -> None
     assert [r.outcome for r in rows.filter(run_id=refused_id)] == ["refused"]
     logs = "".join(p.read_text(errors="replace") for p in cluster.logs.glob("w*.log"))
     assert "criogen.tasks.deliver_outbound_task" in logs
+
+
+def test_a_suspension_notifies_the_assistants_webhook_once_from_a_worker(
+    cluster: Cluster,
+) -> None:
+    from criogen.storage.models import Assistant, OutboundAttempt
+    from tests.listeners import Listener
+
+    hook = Listener("127.0.0.2", statuses=[503])
+    try:
+        url = f"http://127.0.0.2:{hook.port}/hook"
+        assistant = Assistant.objects.using(cluster.alias).create(
+            graph_id="hitl", name="hitl", metadata={"notify": {"webhook": url}}
+        )
+        thread_id = f"notify-{uuid.uuid4().hex[:8]}"
+        cluster.create_run(thread_id, assistant_id=str(assistant.assistant_id), input={"n": 0})
+        rows = OutboundAttempt.objects.using(cluster.alias).filter(thread_id=thread_id)
+        cluster.wait("two attempts", lambda: rows.filter(kind="notify").count() == 2)
+    finally:
+        hook.close()
+
+    assert [(r.attempt, r.outcome) for r in rows.order_by("attempt")] == [
+        (1, "failed"),
+        (2, "delivered"),
+    ]
+    assert [h["body"]["event"] for h in hook.received] == ["suspension", "suspension"]
+    assert hook.received[0]["body"]["thread_id"] == thread_id
 
 
 def test_crons_fire_on_workers_from_beat_and_by_the_tasks_former_name(cluster: Cluster) -> None:

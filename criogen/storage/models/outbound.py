@@ -9,7 +9,8 @@ OUTBOUND_KINDS = [
     ("run", "run webhook"),
     ("cron", "cron run webhook"),
     ("reminder", "deadline reminder webhook"),
-    ("email", "reminder e-mail"),
+    ("notify", "suspension notification webhook"),
+    ("email", "reminder or notification e-mail"),
 ]
 OUTBOUND_OUTCOMES = [
     ("delivered", "delivered"),

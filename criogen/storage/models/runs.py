@@ -198,7 +198,7 @@ class Run(models.Model):
 
 
 class DeadlineFiring(models.Model):
-    """A suspension's reminder or default outcome, fired once.
+    """A suspension's reminder, default outcome or notification, fired once.
 
     The unique constraint is the "once": the row is inserted in the same transaction
     as the resume run (or the failure) it records, so a crash in the middle leaves
@@ -209,7 +209,12 @@ class DeadlineFiring(models.Model):
     checkpoint_id = models.CharField(max_length=36)
     interrupt_id = models.CharField(max_length=64)
     kind = models.CharField(
-        max_length=16, choices=[("reminder", "reminder"), ("default", "default outcome")]
+        max_length=16,
+        choices=[
+            ("reminder", "reminder"),
+            ("default", "default outcome"),
+            ("notify", "notification of the suspension"),
+        ],
     )
     outcome = models.JSONField(null=True, blank=True, help_text="the default applied")
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL)

@@ -1,0 +1,224 @@
+"""criogen.services.notifications: an assistant's ``metadata.notify`` is told, once, when
+one of its runs leaves the thread suspended: a Slack-compatible webhook (a real loopback
+listener) and an e-mail (Django's locmem backend), through criogen.outbound (retries,
+OutboundAttempt rows), with an audit event. In process on the test database: SQLite,
+or PostgreSQL with ``DATABASE_URL=postgres://…`` (the API test, tests/api/
+test_notifications.py, runs on both)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core import mail
+from django.utils import timezone
+
+from criogen import outbound, registry, runner
+from criogen.engine.errors import InvalidArgument
+from criogen.services.assistants import create_assistant, update_assistant
+from criogen.services.claims import claim_thread
+from criogen.services.deadlines import fire_deadlines
+from criogen.services.notifications import notify_suspension
+from criogen.services.runs import create_run, wait_run
+from criogen.storage.models import DeadlineFiring, OutboundAttempt, Run
+from tests.listeners import Listener
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("inprocess_runner")]
+
+
+@pytest.fixture(autouse=True)
+def _graph(settings: Any) -> Iterator[None]:
+    settings.CRIOGEN_ASSISTANTS = {
+        **settings.CRIOGEN_ASSISTANTS,
+        "deadlines": "tests.criogen.services.deadline_graphs:workflow",
+    }
+    # Loopback is refused by default: this test's listener is allowed explicitly.
+    settings.CRIOGEN_OUTBOUND_ALLOW = ["127.0.0.1"]
+    settings.CRIOGEN_OUTBOUND_BACKOFF_SECONDS = 0.05
+    settings.CRIOGEN_PUBLIC_URL = "https://criogen.example.com"
+    registry.reset()
+    yield
+    registry.reset()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    hooks = Listener()
+    yield hooks
+    hooks.close()
+
+
+@pytest.fixture
+def audit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry.storage(), "audit_enabled", True)
+
+
+def suspend(thread_id: str, assistant_id: str, **options: Any) -> Run:
+    run = create_run(
+        thread_id=thread_id,
+        assistant_id=assistant_id,
+        input={"options": options},
+        if_not_exists="create",
+    )
+    run = wait_run(run=run, timeout=10)
+    assert run.status == "interrupted"
+    runner.drain(timeout=10)
+    assert outbound.drain(timeout=30)
+    return run
+
+
+def test_a_suspension_posts_one_slack_compatible_webhook_and_one_email(
+    thread_id: str, listener: Listener, audit: None
+) -> None:
+    url = f"http://127.0.0.1:{listener.port}/hook"
+    assistant = create_assistant(
+        graph_id="deadlines",
+        name="Refunds",
+        metadata={"notify": {"webhook": url, "email": ["ops@example.com"]}},
+    )
+    run = suspend(thread_id, str(assistant.assistant_id))
+
+    (hook,) = [r["body"] for r in listener.received]
+    page = f"https://criogen.example.com/ui/threads/{thread_id}/"
+    assert hook["text"].startswith("Waiting for a decision: approve refund (Refunds")
+    assert f"<{page}|open the thread>" in hook["text"]
+    assert (hook["event"], hook["thread_id"], hook["run_id"], hook["url"]) == (
+        "suspension",
+        thread_id,
+        str(run.pk),
+        page,
+    )
+    assert hook["assistant_id"] == str(assistant.assistant_id)
+    assert hook["graph_id"] == "deadlines"
+    assert hook["interrupts"][0]["reason"] == "approve refund"
+    head = registry.get_graph("deadlines").thread(thread_id).head
+    assert hook["checkpoint_id"] == head.id
+
+    (email,) = mail.outbox
+    assert email.to == ["ops@example.com"]
+    assert thread_id in email.subject and "approve refund" in email.subject
+    assert page in email.body
+
+    rows = OutboundAttempt.objects.filter(thread_id=thread_id).order_by("kind")
+    assert [(r.kind, r.outcome, r.attempt) for r in rows] == [
+        ("email", "delivered", 1),
+        ("notify", "delivered", 1),
+    ]
+    events = registry.storage().audit_events(thread_id=thread_id)
+    (notified,) = [e for e in events if e.action == "notify"]
+    assert (notified.actor, notified.details["checkpoint_id"]) == ("system", head.id)
+    assert notified.details["email"] == ["ops@example.com"]
+
+    # Once per suspension: a second call (a retried hook, another worker) sends nothing.
+    assert notify_suspension(run.pk) is False
+    assert outbound.drain(timeout=30)
+    assert len(listener.received) == 1 and len(mail.outbox) == 1
+    assert DeadlineFiring.objects.filter(thread_id=thread_id, kind="notify").count() == 1
+
+
+def test_a_failing_webhook_is_retried_with_backoff(thread_id: str) -> None:
+    hooks = Listener(statuses=[500])
+    try:
+        url = f"http://127.0.0.1:{hooks.port}/hook"
+        assistant = create_assistant(graph_id="deadlines", metadata={"notify": {"webhook": url}})
+        suspend(thread_id, str(assistant.assistant_id))
+        assert [r["body"]["event"] for r in hooks.received] == ["suspension", "suspension"]
+    finally:
+        hooks.close()
+    rows = OutboundAttempt.objects.filter(thread_id=thread_id, kind="notify").order_by("attempt")
+    assert [(r.attempt, r.outcome, r.status_code) for r in rows] == [
+        (1, "failed", 500),
+        (2, "delivered", 204),
+    ]
+    assert rows[0].retry_at is not None
+    assert mail.outbox == []
+
+
+def test_nothing_is_sent_for_an_assistant_without_notify(thread_id: str, audit: None) -> None:
+    assistant = create_assistant(graph_id="deadlines", metadata={"team": "refunds"})
+    run = suspend(thread_id, str(assistant.assistant_id))
+
+    assert notify_suspension(run.pk) is False
+    assert not OutboundAttempt.objects.filter(thread_id=thread_id).exists()
+    assert not DeadlineFiring.objects.filter(thread_id=thread_id).exists()
+    assert mail.outbox == []
+    events = registry.storage().audit_events(thread_id=thread_id)
+    assert "notify" not in [e.action for e in events]
+
+
+def test_a_reminder_also_reaches_the_assistants_channels(
+    thread_id: str, listener: Listener
+) -> None:
+    """And a claimed suspension waiting past its reminder names its holder, who gets the
+    e-mail too."""
+    url = f"http://127.0.0.1:{listener.port}/hook"
+    assistant = create_assistant(
+        graph_id="deadlines",
+        metadata={"notify": {"webhook": url, "email": "ops@example.com"}},
+    )
+    suspend(thread_id, str(assistant.assistant_id), remind="1h", deadline="24h")
+    holder = User.objects.create_user("olga", email="olga@example.com", is_staff=True)
+    claim_thread(thread_id, by=holder, door="ui")
+    later = timezone.now() + timedelta(hours=2)
+
+    assert fire_deadlines(now=later) == {"defaults": 0, "reminders": 1}
+    assert fire_deadlines(now=later) == {"defaults": 0, "reminders": 0}
+    assert outbound.drain(timeout=30)
+
+    assert [r["body"]["event"] for r in listener.received] == ["suspension", "reminder"]
+    reminder = listener.received[1]["body"]
+    assert reminder["text"].startswith("Waiting for a decision: approve refund")
+    assert reminder["interrupts"][0]["deadline"] == "24h"
+    assert reminder["claimed_by"] == "olga" and "claimed by olga since" in reminder["text"]
+    # The suspension's e-mail; then the operators' own reminder (olga is staff) and the
+    # assistant's, sent side by side.
+    assert mail.outbox[0].to == ["ops@example.com"]
+    reminders = sorted(mail.outbox[1:], key=lambda m: len(m.to))
+    assert [m.to for m in reminders] == [
+        ["olga@example.com"],
+        ["ops@example.com", "olga@example.com"],
+    ]
+    assert "Deadline: 24h" in reminders[1].body and "claimed by olga" in reminders[1].subject
+
+
+@pytest.mark.parametrize(
+    ("notify", "field"),
+    [
+        ("https://hooks.example.com", "metadata.notify"),
+        ({"slack": "https://hooks.example.com"}, "metadata.notify"),
+        ({"webhook": "ftp://hooks.example.com/x"}, "metadata.notify.webhook"),
+        ({"webhook": 42}, "metadata.notify.webhook"),
+        ({"email": "not an address"}, "metadata.notify.email"),
+        ({"email": ["ops@example.com", 7]}, "metadata.notify.email"),
+        ({"email": {"to": "ops@example.com"}}, "metadata.notify.email"),
+    ],
+)
+def test_a_bad_notify_setting_is_refused_naming_the_field(notify: Any, field: str) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        create_assistant(graph_id="deadlines", metadata={"notify": notify})
+    assert raised.value.details["field"] == field
+    assistant = create_assistant(graph_id="deadlines")
+    with pytest.raises(InvalidArgument) as raised:
+        update_assistant(assistant_id=str(assistant.assistant_id), metadata={"notify": notify})
+    assert raised.value.details["field"] == field
+
+
+def test_the_notification_is_not_taken_for_an_answer(
+    thread_id: str, listener: Listener, audit: None
+) -> None:
+    """``who_decided`` reads the first audit event after a suspension as its answer when
+    nothing else names one: the system's ``notify`` event must not count."""
+    from criogen.selectors.audit import who_decided
+    from criogen.storage.models import Thread
+
+    url = f"http://127.0.0.1:{listener.port}/hook"
+    assistant = create_assistant(graph_id="deadlines", metadata={"notify": {"webhook": url}})
+    suspend(thread_id, str(assistant.assistant_id))
+    head = registry.get_graph("deadlines").thread(thread_id).head
+    events = registry.storage().audit_events(thread_id=thread_id)
+    assert "notify" in [e.action for e in events]
+
+    assert who_decided(Thread.objects.get(pk=thread_id), head.id)[0] == ""

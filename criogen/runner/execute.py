@@ -138,6 +138,9 @@ def _drive(run: Run, stop: _Stop) -> _Outcome:
         if stop.reason == "timeout":
             # Its time limit passed between two steps: the head is a failure checkpoint
             # carrying TimeoutError, and retry continues from it.
+            cause = exc.__cause__
+            if isinstance(cause, TimeoutError):  # the run's error names it, as the head's does
+                return _Outcome("timeout", _error_json(replace(_record(cause), code="timeout")))
             return _Outcome("timeout", _error_json(_record(exc), exc.details))
         return _Outcome("error", _error_json(_record(exc), exc.details))
     except Exception as exc:
@@ -247,7 +250,12 @@ def _ended(head: Any) -> dict[str, Any]:
         return {"status": "interrupted"}
     if head.status == "failed":
         error = dict(head.error or {})
-        return {"status": "error", "error": _error_json(RunError.from_dict(error), error)}
+        # Its time limit ended it (the runner's TimeoutError, between steps, no node).
+        timed_out = error.get("type") == "TimeoutError" and not error.get("node")
+        return {
+            "status": "timeout" if timed_out else "error",
+            "error": _error_json(RunError.from_dict(error), error),
+        }
     return {"status": "success"}
 
 

@@ -64,7 +64,10 @@ def test_a_run_past_its_limit_ends_timeout_and_retry_continues_it(thread_id: str
     run = finish(run)
 
     assert run.status == "timeout"
-    assert run.error["type"] == "RunFailed" and "time limit" in run.error["message"]
+    assert (run.error["type"], run.error["code"]) == ("TimeoutError", "timeout")
+    assert (
+        run.error["message"] == "the run passed its time limit of 0.2 seconds; retry continues it."
+    )
     head = get_graph("steps").thread(thread_id).head
     assert head is not None
     assert (head.source, head.status, head.next) == ("failure", "failed", ("c",))

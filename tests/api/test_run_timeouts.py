@@ -52,6 +52,7 @@ def test_a_run_past_its_limit_ends_timeout_and_wait_answers_the_values_so_far(sd
     run = sdk.runs.list(tid)[0]
     assert run["status"] == "timeout"
     assert run["error"]["type"] == "TimeoutError"
+    assert run["kwargs"]["run_timeout_seconds"] == 0.3
     state = sdk.threads.get_state(tid)
     assert state["next"] == ["c"]
     assert "passed its time limit of 0.3 seconds" in state["tasks"][0]["error"]

@@ -95,3 +95,13 @@ def test_a_bad_limit_is_a_422_naming_the_field(sdk: Any, olga: Any, value: Any) 
         olga.assistants.create("steps", config=limit(value))
     assert bad.value.response.status_code == 422
     assert "config.configurable.run_timeout_seconds" in bad.value.response.text
+
+
+def test_a_stream_of_a_run_that_timed_out_ends_with_an_error_event(sdk: Any) -> None:
+    tid = sdk.threads.create()["thread_id"]
+    parts = list(sdk.runs.stream(tid, "steps", input={"n": 0, "sleep": 0.6}, config=limit(0.3)))
+    values = [p.data for p in parts if p.event == "values"]
+    assert values[-1] == {"n": 2, "sleep": 0.6, "steps": ["a", "b"]}
+    (error,) = [p.data for p in parts if p.event == "error"]
+    assert error["error"] == "TimeoutError"
+    assert "time limit of 0.3 seconds" in error["message"]

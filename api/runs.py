@@ -399,7 +399,7 @@ async def sse_stream(
                 known_updates[str(event.get("checkpoint_id"))] = event.get("updates") or {}
         ended = True
         run = await db(selectors.find_run, run_id)
-        if run is not None and run.status == "error":
+        if run is not None and run.status in ("error", "timeout"):
             error = run.error or {}
             yield _sse(
                 "error",
@@ -719,7 +719,7 @@ def advance_log(
     ended = status is None or status in ENDED
     if ended:
         run = selectors.find_run(run_id)
-        if run is not None and run.status == "error":
+        if run is not None and run.status in ("error", "timeout"):
             error = run.error or {}
             failure = {
                 "error": error.get("type") or error.get("code") or "Error",

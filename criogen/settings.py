@@ -235,6 +235,10 @@ CRIOGEN_REAP_SECONDS = envint("CRIOGEN_REAP_SECONDS", 2)
 # Where runs execute: "inprocess" (worker threads in the web process) or "celery".
 CRIOGEN_RUNNER = envstr("CRIOGEN_RUNNER", "inprocess")
 CRIOGEN_INPROCESS_WORKERS = envint("CRIOGEN_INPROCESS_WORKERS", 4)
+# A run's time limit (seconds from when it first started; 0 turns it off): past it, the
+# run ends with status "timeout" before its next step. An assistant's or a run's
+# config.configurable.run_timeout_seconds overrides it (docs/rest-api.md, "Time limits").
+CRIOGEN_RUN_TIMEOUT_SECONDS = envfloat("CRIOGEN_RUN_TIMEOUT_SECONDS", 86400.0)
 # How often the in-process runner sweeps expired threads and fires deadlines (seconds;
 # 0 turns its timer off, the reaper included).
 CRIOGEN_SWEEP_SECONDS = envint("CRIOGEN_SWEEP_SECONDS", 60)

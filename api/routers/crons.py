@@ -41,6 +41,11 @@ class CronFieldsIn(In):
     stream_subgraphs: bool | None = None
     stream_resumable: bool | None = None
     durability: Literal["sync", "async", "exit"] | None = None
+    after_seconds: Any = Field(
+        None,
+        description="Each fired run is a delayed run: it starts this many seconds after "
+        "its tick; a whole number from 0 to a year (else 422).",
+    )
     interrupt_before: Any = Field(None, description="Not supported: non-empty is a 422.")
     interrupt_after: Any = Field(None, description="Not supported: non-empty is a 422.")
     end_time: datetime | None = None

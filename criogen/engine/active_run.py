@@ -285,7 +285,9 @@ class ActiveRun:
         self.busy_timeout = busy_timeout
         self.lease_seconds = lease_seconds
         self.should_stop = should_stop
-        """Asked before each step; True stops the run with RunCancelled (cancel, shutdown)."""
+        """Asked before each step; True stops the run with RunCancelled (cancel, shutdown).
+        Raising TimeoutError (a time limit passed) ends the run with a failure checkpoint
+        that carries it: retry() continues from there."""
         self.head: Checkpoint | None = None
         """The thread's head when the run took the lease."""
         self.last: Checkpoint | None = None

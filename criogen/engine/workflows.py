@@ -795,7 +795,13 @@ class _Execution:
         resumes: dict[str, list[Any]] = {k: list(v) for k, v in tasks.get("resumes", {}).items()}
         steps = 0
         while nxt:
-            if active.should_stop is not None and active.should_stop():
+            try:
+                stop = active.should_stop is not None and active.should_stop()
+            except TimeoutError as timeout:
+                # The run's time limit passed: it ends here with a failure checkpoint
+                # (the state as after its last step), and retry() continues it.
+                self._fail(state, nxt, done, resumes, None, timeout)
+            if stop:
                 raise RunCancelled(
                     f"run {active.run_id} on thread {active.thread_id!r} was stopped "
                     "before its next step; retry() continues it.",

@@ -1,5 +1,5 @@
 """Executing one run: :func:`execute_run` claims it, drives its graph, records how it
-ended (cancelled, handed back, rolled back, failed…), posts its webhook and starts the
+ended (cancelled, handed back, rolled back, failed, timed out…), posts its webhook and starts the
 thread's next run."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from django.conf import settings
 from django.db.models import F
 from django.db.models import Value as V
 from django.db.models.functions import Coalesce
@@ -64,7 +65,7 @@ def execute_run(run_id: Any) -> str | None:
         return None
     thread_id = run.thread_id
     events.run_changed(run_id=run_id, thread_id=thread_id, status="running")
-    stop = _Stop(run_id, run.attempts)
+    stop = _Stop(run_id, run.attempts, **_deadline(run))
     with _stops_lock:
         _stops[run_id] = stop
     _leases.add(run_id, run.attempts)
@@ -138,6 +139,13 @@ def _drive(run: Run, stop: _Stop) -> _Outcome:
         _reconnect()
         return _hand_back(run, f"the database connection was lost ({exc})")
     except CriogenError as exc:
+        if stop.reason == "timeout":
+            # Its time limit passed between two steps: the head is a failure checkpoint
+            # carrying TimeoutError, and retry continues from it.
+            cause = exc.__cause__
+            if isinstance(cause, TimeoutError):  # the run's error names it, as the head's does
+                return _Outcome("timeout", _error_json(replace(_record(cause), code="timeout")))
+            return _Outcome("timeout", _error_json(_record(exc), exc.details))
         return _Outcome("error", _error_json(_record(exc), exc.details))
     except Exception as exc:
         logger.exception("run %s raised", run.pk)
@@ -148,6 +156,20 @@ def _drive(run: Run, stop: _Stop) -> _Outcome:
     if status == "suspended":
         return _Outcome("interrupted")
     return _Outcome("success")
+
+
+def _deadline(run: Run) -> dict[str, Any]:
+    """The run's time limit for :class:`_Stop`: its own (``kwargs``, chosen when it was
+    created from its config, its assistant's, or the setting), counted from when it
+    first started, so a run handed back or taken over keeps its deadline."""
+    limit = (run.kwargs or {}).get("run_timeout_seconds")
+    if limit is None:
+        limit = settings.CRIOGEN_RUN_TIMEOUT_SECONDS
+    limit = float(limit)
+    if limit <= 0:
+        return {}
+    started = run.started_at or timezone.now()
+    return {"deadline": started.timestamp() + limit, "limit": limit}
 
 
 def _hand_back(run: Run, why: str, exc: CriogenError | None = None) -> _Outcome:
@@ -232,7 +254,12 @@ def _ended(head: Any) -> dict[str, Any]:
         return {"status": "interrupted"}
     if head.status == "failed":
         error = dict(head.error or {})
-        return {"status": "error", "error": _error_json(RunError.from_dict(error), error)}
+        # Its time limit ended it (the runner's TimeoutError, between steps, no node).
+        timed_out = error.get("type") == "TimeoutError" and not error.get("node")
+        return {
+            "status": "timeout" if timed_out else "error",
+            "error": _error_json(RunError.from_dict(error), error),
+        }
     return {"status": "success"}
 
 

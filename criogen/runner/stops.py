@@ -1,5 +1,5 @@
-"""Stopping a run between two steps: a cancel, this process shutting down, or the run
-taken over by another attempt (the ``should_stop`` the engine asks before each step)."""
+"""Stopping a run between two steps: a cancel, this process shutting down, its time
+limit passed, or the run taken over by another attempt (the ``should_stop`` the engine asks before each step)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,14 @@ class _Stop:
     the reaper took it away (its lease expired while this worker stalled) and another
     attempt owns it now."""
 
-    def __init__(self, run_id: str, attempt: int) -> None:
+    def __init__(
+        self, run_id: str, attempt: int, *, deadline: float | None = None, limit: float = 0.0
+    ) -> None:
         self.run_id = run_id
         self.attempt = attempt
+        self.deadline = deadline
+        """When the run's time limit passes (epoch seconds), or None."""
+        self.limit = limit
         self.reason: str | None = None
         self.error: BaseException | None = None
         self.local = threading.Event()
@@ -41,6 +46,13 @@ class _Stop:
         if self.local.is_set():
             self.reason = "cancel"
             return True
+        if self.deadline is not None and time.time() >= self.deadline:
+            # The engine ends the run with a failure checkpoint carrying this error; the
+            # runner records the run as ``timeout``. A step never is cut short.
+            self.reason = "timeout"
+            raise TimeoutError(
+                f"the run passed its time limit of {self.limit:g} seconds; retry continues it."
+            )
         now = time.monotonic()
         if now >= self._next_check:
             # Throttled: a fast run asks before every step, the database at most 5x/s.

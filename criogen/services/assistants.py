@@ -9,6 +9,7 @@ that the caller is an operator first).
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Any
 
@@ -93,6 +94,30 @@ def _insert_assistant(**fields: Any) -> Assistant:
         ) from None
 
 
+RUN_TIMEOUT_KEY = "run_timeout_seconds"
+"""The key of ``config.configurable`` (a run's or its assistant's) that sets the run's
+time limit in seconds."""
+
+
+def check_run_timeout(config: Any, field: str = "config") -> float | None:
+    """The time limit a ``config`` sets (``configurable.run_timeout_seconds``), or None
+    when it sets none; InvalidArgument naming the field for anything but a number of
+    seconds above 0."""
+    configurable = config.get("configurable") if isinstance(config, dict) else None
+    if not isinstance(configurable, dict) or configurable.get(RUN_TIMEOUT_KEY) is None:
+        return None
+    value = configurable[RUN_TIMEOUT_KEY]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        name = f"{field}.configurable.{RUN_TIMEOUT_KEY}"
+        raise InvalidArgument(f"{name} is {value!r}; use a number of seconds above 0.", field=name)
+    return float(value)
+
+
 def create_assistant(
     *,
     graph_id: str,
@@ -113,6 +138,7 @@ def create_assistant(
     """
     get_graph(graph_id)  # GraphNotFound (404) for an unknown graph
     check_notify(metadata)  # InvalidArgument (422) naming metadata.notify
+    check_run_timeout(config)
     key = uuid.uuid4()
     if assistant_id is not None:
         try:
@@ -144,6 +170,7 @@ def update_assistant(*, assistant_id: str, **fields: Any) -> Assistant:
     if fields.get("graph_id"):
         get_graph(fields["graph_id"])  # GraphNotFound (404) for an unknown graph
     check_notify(fields.get("metadata"))  # InvalidArgument (422) naming metadata.notify
+    check_run_timeout(fields.get("config"))
     with transaction.atomic():
         # Locked: two concurrent updates each raise the version once.
         row = Assistant.objects.select_for_update().get(

@@ -54,6 +54,7 @@ PAYLOAD_FIELDS = (
     "multitask_strategy",
     "stream_mode",
     "durability",
+    "after_seconds",
 )
 """The run fields a cron keeps in its ``payload`` and gives every run it fires."""
 
@@ -139,8 +140,7 @@ def create_cron(
     """
     from criogen.services.assistants import resolve_assistant
 
-    payload = dict(payload or {})
-    check_webhook_url(payload.get("webhook"))
+    payload = _check_payload(payload)
     schedule = check_schedule(schedule)
     tz = check_timezone(timezone)
     assistant = resolve_assistant(assistant_id=assistant_id)
@@ -157,6 +157,19 @@ def create_cron(
         next_run_date=next_tick(schedule, tz),
         user=owner,
     )
+
+
+def _check_payload(payload: dict[str, Any] | None) -> dict[str, Any]:
+    """The payload, its fields checked as a run checks them (422 naming the field)."""
+    from criogen.services.assistants import check_run_timeout
+    from criogen.services.runs import check_after_seconds
+
+    payload = dict(payload or {})
+    check_webhook_url(payload.get("webhook"))
+    if payload.get("after_seconds") is not None:
+        payload["after_seconds"] = check_after_seconds(payload["after_seconds"])
+    check_run_timeout(payload.get("config"))
+    return payload
 
 
 def update_cron(
@@ -178,8 +191,7 @@ def update_cron(
     Raises:
         InvalidArgument (422, names the field); nothing is saved then.
     """
-    payload = dict(payload or {})
-    check_webhook_url(payload.get("webhook"))
+    payload = _check_payload(payload)
     if schedule is not _UNSET:
         cron.schedule = check_schedule(schedule)
     if timezone is not _UNSET:
@@ -269,6 +281,7 @@ def _fire(cron: Cron) -> str:
             multitask_strategy=payload.get("multitask_strategy") or "enqueue",
             stream_mode=payload.get("stream_mode"),
             durability=payload.get("durability"),
+            after_seconds=payload.get("after_seconds"),
             owner=cron.user,
             by=f"cron:{cron.cron_id}",
             door="cron",

@@ -44,7 +44,7 @@ from criogen.engine.threads import ANSWER_ACTIONS, check_door, check_expected
 from criogen.outbound import check_webhook_url
 from criogen.registry import get_graph, storage
 from criogen.selectors import RunNotFound
-from criogen.services.assistants import resolve_assistant
+from criogen.services.assistants import RUN_TIMEOUT_KEY, check_run_timeout, resolve_assistant
 from criogen.storage.models import Assistant, AuditEvent, Checkpoint, Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES, open_sealed, sealing
 
@@ -194,6 +194,9 @@ def create_run(
     # Its form only: the address is checked when the webhook is sent (criogen.outbound).
     webhook = check_webhook_url(webhook)
     delay = check_after_seconds(after_seconds)
+    run_timeout = check_run_timeout(config)
+    if run_timeout is None:
+        run_timeout = check_run_timeout(assistant.config)
 
     if resume is not None and seen is not None:
         if decider is not None:
@@ -236,6 +239,8 @@ def create_run(
     # writes the audit event (a turn's input, an answer, a retry) with its checkpoint.
     kwargs["actor"] = by
     kwargs["door"] = door
+    if run_timeout is not None:
+        kwargs[RUN_TIMEOUT_KEY] = run_timeout  # else the setting's, read when it runs
     with transaction.atomic():
         # The thread's row, locked: runs created concurrently on one thread see each other.
         thread = _thread_for_run(thread_id, if_not_exists, owner, run_id)

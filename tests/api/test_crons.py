@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -68,6 +69,37 @@ async def test_a_due_cron_fires_a_run_with_its_durability(server: Server, client
     assert datetime.fromisoformat(after["next_run_date"]) > datetime.now(UTC)
 
 
+def test_a_crons_after_seconds_delays_each_run_it_fires(server: Server) -> None:
+    with server.http() as http:
+        tid = http.post("/threads", json={}).json()["thread_id"]
+        created = http.post(
+            f"/threads/{tid}/runs/crons",
+            json={
+                "assistant_id": "steps",
+                "schedule": "0 3 * * *",
+                "input": {"n": 0},
+                "after_seconds": 2,
+            },
+        )
+        assert created.status_code == 200, created.text
+        cron = created.json()
+        assert cron["payload"]["after_seconds"] == 2
+        _make_due(server, cron["cron_id"])
+        deadline = time.monotonic() + 10
+        while not (runs := http.get(f"/threads/{tid}/runs").json()):
+            assert time.monotonic() < deadline, "the cron never fired"
+            time.sleep(0.1)
+        (run,) = runs
+        # Fired, and delayed: pending (its thread busy) until its time, then it runs.
+        assert run["status"] == "pending"
+        assert http.get(f"/threads/{tid}").json()["status"] == "busy"
+        joined = http.get(f"/threads/{tid}/runs/{run['run_id']}/join", timeout=30)
+        assert joined.json() == {"steps": ["a", "b", "c"], "n": 3}
+        ended = http.get(f"/threads/{tid}/runs/{run['run_id']}").json()
+        started = datetime.fromisoformat(ended["updated_at"])
+        assert started - datetime.fromisoformat(ended["created_at"]) >= timedelta(seconds=2)
+
+
 def test_checkpoint_during_applies_and_durability_wins(sync_client: Any) -> None:
     tid = sync_client.threads.create()["thread_id"]
     with pytest.warns(DeprecationWarning):
@@ -94,6 +126,12 @@ def test_checkpoint_during_applies_and_durability_wins(sync_client: Any) -> None
         ({"schedule": "* * * * *", "durability": "later"}, "durability"),
         ({"schedule": "* * * * *", "checkpoint_during": "maybe"}, "checkpoint_during"),
         ({"schedule": "* * * * *", "interrupt_before": ["b"]}, "interrupt_before"),
+        ({"schedule": "* * * * *", "after_seconds": -1}, "after_seconds"),
+        ({"schedule": "* * * * *", "after_seconds": "soon"}, "after_seconds"),
+        (
+            {"schedule": "* * * * *", "config": {"configurable": {"run_timeout_seconds": 0}}},
+            "config.configurable.run_timeout_seconds",
+        ),
     ],
 )
 def test_it_refuses_a_bad_cron_with_422(server: Server, body: dict[str, Any], field: str) -> None:

@@ -463,3 +463,41 @@ def test_crons_fire_on_workers_from_beat_and_by_the_tasks_former_name(cluster: C
     logs = "".join(p.read_text(errors="replace") for p in cluster.logs.glob("w*.log"))
     assert "api.tasks.fire_crons_task" in logs
     assert "criogen.tasks.fire_crons_task" in logs
+
+
+def test_a_dead_workers_run_past_its_time_limit_ends_timeout_when_taken_again(
+    cluster: Cluster,
+) -> None:
+    # The worker dies while node b sleeps; by the time its lease has lapsed and the
+    # sweep takes the run again, the run's limit (counted from its first start) has
+    # passed: the new attempt ends it timeout before running another step.
+    thread_id = f"late-{uuid.uuid4().hex[:8]}"
+    limit = {"configurable": {"run_timeout_seconds": 2}}
+    run_id = cluster.create_run(
+        thread_id, input={"n": 0, "sleep": 30}, durability="sync", config=limit
+    )
+    cluster.wait("node a's checkpoint", lambda: cluster.head_version(thread_id) >= 2)
+    victim = cluster.holder(run_id)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    cluster.wait("the lease to expire", lambda: cluster.run(run_id).lease_expires < time.time())
+    cluster.ensure_workers()
+
+    swept = cluster.manage("criogen_sweep", "--no-ttl")
+    assert run_id in swept or cluster.run(run_id).attempts == 2, swept
+    cluster.wait("the run to end", lambda: cluster.run(run_id).status == "timeout")
+
+    run = cluster.run(run_id)
+    assert run.attempts == 2
+    assert (run.error["type"], run.error["code"]) == ("TimeoutError", "timeout")
+    from criogen.storage.models import Checkpoint
+
+    head = (
+        Checkpoint.objects.using(cluster.alias)
+        .filter(thread_id=thread_id)
+        .order_by("-version")
+        .first()
+    )
+    assert head is not None and (head.source, head.status) == ("failure", "failed")
+    body = head.body_json
+    assert body is not None and body["error"]["type"] == "TimeoutError"

@@ -145,11 +145,19 @@ class TurnBase:
         """Walk model → tools → model until the turn answers or suspends."""
         raise NotImplementedError
 
-    def _check_stop(self) -> None:
+    def _check_stop(self, state: dict[str, Any], phase: str, tasks: dict[str, Any]) -> None:
         """Stop between two steps when the runner asks (cancel, shutdown): the head is
-        the last step's checkpoint, and retry() continues from it."""
+        the last step's checkpoint, and retry() continues from it. A ``should_stop`` that
+        raises TimeoutError (the run's time limit passed) ends the run with a failure
+        checkpoint carrying it instead."""
         active = self.active
-        if active is not None and active.should_stop is not None and active.should_stop():
+        if active is None or active.should_stop is None:
+            return
+        try:
+            stop = active.should_stop()
+        except TimeoutError as exc:
+            self._fail(state, [phase], tasks, exc)
+        if stop:
             raise RunCancelled(
                 f"run {active.run_id} on thread {active.thread_id!r} was stopped before its "
                 "next step; retry() continues it.",

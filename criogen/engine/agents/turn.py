@@ -120,7 +120,7 @@ class Turn(EffectTurn):
     def _loop(self, state: dict[str, Any], phase: str, tasks: dict[str, Any]) -> Reply:
         try:
             while True:
-                self._check_stop()
+                self._check_stop(state, phase, tasks)
                 if phase == MODEL:
                     state, phase, tasks = self._model_step(state)
                     if phase == "":

@@ -403,3 +403,28 @@ def test_should_stop_stops_between_steps_and_retry_continues(
     assert head is not None and head.status == "in_progress" and head.next == ("tools",)
     assert t.retry().text == "2"
     assert Agent.supports_should_stop
+
+
+def test_a_should_stop_raising_timeout_ends_the_turn_with_a_failure_checkpoint(
+    storage: Storage, thread_id: str
+) -> None:
+    # The runner's time limit: past it, should_stop raises TimeoutError before a step.
+    from criogen.engine.errors import RunFailed
+
+    agent = make(storage, [{"tool_calls": [{"name": "add", "args": {"a": 1, "b": 1}}]}, "2"])
+    asked = {"n": 0}
+
+    def past_the_limit_after_the_model_step() -> bool:
+        asked["n"] += 1
+        if asked["n"] > 1:
+            raise TimeoutError("the run passed its time limit")
+        return False
+
+    t = agent.thread(thread_id)
+    with pytest.raises(RunFailed):
+        t.run("1+1?", should_stop=past_the_limit_after_the_model_step, run_id="r-late")
+    head = t.head
+    assert head is not None
+    assert (head.source, head.status, head.next) == ("failure", "failed", ("tools",))
+    assert head.error is not None and head.error["type"] == "TimeoutError"
+    assert t.retry().text == "2"

@@ -381,9 +381,11 @@ def test_an_unknown_durability_is_a_422(server: Server) -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("interrupt_before", ["b"]),
-        ("interrupt_after", "*"),
+        # Breakpoints are honoured (tests/api/test_breakpoints.py), at a node the graph has.
+        ("interrupt_before", ["nowhere"]),
+        ("interrupt_after", ["nowhere"]),
         ("feedback_keys", ["score"]),
+        ("langsmith_tracer", {"project_name": "p"}),
         ("surprise", 1),
     ],
 )

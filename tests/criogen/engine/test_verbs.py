@@ -111,6 +111,7 @@ def test_resuming_a_workflow_twice_is_refused(audited: Storage, thread_id: str) 
         thread,
         lambda seen: thread.resume("ok", by="dave", expected=seen),
         "resume",
+        refused=AlreadyDecided,
     )
     assert thread.state["answer"] == "ok"
 

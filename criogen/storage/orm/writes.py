@@ -22,6 +22,7 @@ from criogen.engine.checkpoints import (
 )
 from criogen.engine.errors import LeaseLost, StorageError
 from criogen.engine.store import (
+    AuditRecord,
     encode,
     value_rows_for,
 )
@@ -37,6 +38,14 @@ _CP_INSERT = (
     " parent_id, created_at, body)"
 )
 _VALUE_INSERT = "INSERT INTO criogen_value (thread_id, state_key, version, kind, prev, data)"
+_AUDIT_INSERT = (
+    'INSERT INTO criogen_audit_event (created_at, actor, action, door, thread_id, "before",'
+    ' "after", details)'
+)
+_AUDIT_ROW = (
+    "%s::timestamptz, %s::varchar, %s::varchar, %s::varchar, %s::varchar, %s::varchar,"
+    " %s::varchar, %s::text"
+)
 _CP_ROW = (
     "%s::varchar, %s::varchar, %s::int, %s::varchar, %s::varchar, %s::varchar, %s::varchar,"
     " %s::timestamptz, %s::text"
@@ -68,37 +77,39 @@ class OrmWrites(OrmAudit):
             return
         by_thread = _by_thread(writes)
         release = release and lease_id is not None
-        audits = [w.audit for w in writes if w.audit is not None]
+        audits = [w.audit for w in writes if w.audit is not None] if self.audit_enabled else []
         with self._write_errors(writes, "checkpoint write"):
-            if audits:
-                # A person's action: its audit event commits with its checkpoint.
-                with transaction.atomic(using=self.alias):
-                    self._write_groups(by_thread, lease_id, release)
-                    self._insert_audit(audits)
-                return
-            if self.vendor == "postgresql" and len(by_thread) == 1:
+            # A person's action: its audit event commits with its checkpoint. One event
+            # (an agent's turn, an answer) rides in the fast paths' one transaction.
+            audit = audits[0] if len(audits) == 1 else None
+            if len(audits) <= 1 and self.vendor == "postgresql" and len(by_thread) == 1:
                 ((thread_id, group),) = by_thread.items()
-                if not self._write_pg(thread_id, group, lease_id, release):
+                if not self._write_pg(thread_id, group, lease_id, release, audit=audit):
                     self._refused(thread_id, group[0].after, lease_id)
                 return
             connection = connections[self.alias]
             if (
-                self.vendor == "sqlite"
+                len(audits) <= 1
+                and self.vendor == "sqlite"
                 and not connection.in_atomic_block
                 and connection.get_autocommit()
             ):
-                self._write_sqlite(by_thread, lease_id, release)
+                self._write_sqlite(by_thread, lease_id, release, audit=audit)
                 return
             with transaction.atomic(using=self.alias):
                 self._write_groups(by_thread, lease_id, release)
+                self._insert_audit(audits)
 
     def _write_sqlite(
         self,
         by_thread: dict[str, list[CheckpointWrite]],
         lease_id: str | None,
         release: bool,
+        *,
+        audit: AuditRecord | None = None,
     ) -> None:
-        """One ``BEGIN IMMEDIATE … COMMIT`` on Django's SQLite connection (autocommit).
+        """One ``BEGIN IMMEDIATE … COMMIT`` on Django's SQLite connection (autocommit),
+        with ``audit``'s event when given.
 
         Django's ``atomic()`` costs more Python per write than the statements do (it
         switches autocommit off and on and keeps savepoint state); outside an atomic
@@ -119,6 +130,8 @@ class OrmWrites(OrmAudit):
                     if not self._write_sql(thread_id, group, lease_id, release, cur):
                         refused = (thread_id, group[0].after)
                         break
+                if audit is not None and refused is None:
+                    _insert_rows(cur, _AUDIT_INSERT + " VALUES ", [self._audit_row(audit)])
             except BaseException:
                 # SQLite rolls some failures back by itself: only end a live transaction.
                 if connection.connection.in_transaction:
@@ -228,6 +241,8 @@ class OrmWrites(OrmAudit):
         group: Sequence[CheckpointWrite],
         lease_id: str | None,
         release: bool = False,
+        *,
+        audit: AuditRecord | None = None,
     ) -> bool:
         # One statement, so one round trip and (in autocommit) one commit. The inserts
         # read from the UPDATE's RETURNING: when the head moved or the lease was lost
@@ -271,8 +286,26 @@ class OrmWrites(OrmAudit):
             )
             params += [list(col) for col in cps]
             params += [list(col) for col in vals]
+        if audit is not None:
+            # The event too, from the same RETURNING: no head moved, no event.
+            sql += f", aud AS ({_AUDIT_INSERT} SELECT {_AUDIT_ROW} FROM head)"  # noqa: S608
+            params += self._audit_row(audit)
         rows = self._pg_run(sql + " SELECT count(*) FROM head", params, fetch=True)  # noqa: S608
         return bool(rows[0][0])
+
+    def _audit_row(self, e: AuditRecord) -> list[Any]:
+        """``e`` as the parameters of one ``criogen_audit_event`` row (see
+        :meth:`OrmAudit._insert_audit`, which writes the same columns)."""
+        return [
+            self._db_time(e.created_at),
+            e.actor,
+            e.action,
+            e.door,
+            e.thread_id or "",
+            e.before or "",
+            e.after or "",
+            self._json_in(dict(e.details)),
+        ]
 
     def _refused(self, thread_id: str, after: int, lease_id: str | None) -> None:
         """Raise the error that explains why a write matched no thread row."""

@@ -108,7 +108,7 @@ def notify_of(assistant: Assistant) -> dict[str, Any] | None:
 def thread_url(thread_id: str) -> str:
     """The thread's dashboard page, absolute when ``CRIOGEN_PUBLIC_URL`` is set."""
     try:
-        path = reverse("thread", kwargs={"thread_id": thread_id})
+        path = reverse("dashboard:thread", kwargs={"thread_id": thread_id})
     except NoReverseMatch:
         path = f"/ui/threads/{thread_id}/"
     base = str(getattr(settings, "CRIOGEN_PUBLIC_URL", "") or "").rstrip("/")

@@ -222,3 +222,16 @@ def test_the_notification_is_not_taken_for_an_answer(
     assert "notify" in [e.action for e in events]
 
     assert who_decided(Thread.objects.get(pk=thread_id), head.id)[0] == ""
+
+
+def test_the_link_is_the_dashboards_thread_page_for_any_thread_id() -> None:
+    """The dashboard's own route (a "/" in an id is spelled ~2F there), absolute with
+    CRIOGEN_PUBLIC_URL."""
+    from django.test import override_settings
+
+    from criogen.services.notifications import thread_url
+
+    assert thread_url("t-1") == "/ui/threads/t-1/"
+    assert thread_url("team/a b") == "/ui/threads/team~2Fa%20b/"
+    with override_settings(CRIOGEN_PUBLIC_URL="https://criogen.example.com/"):
+        assert thread_url("t-1") == "https://criogen.example.com/ui/threads/t-1/"

@@ -66,7 +66,7 @@ fmt: install ## Format the code
 
 test: install install-ts install-a11y check ## Run the whole test suite (SQLite, PostgreSQL, memory)
 	$(BIN)/pytest -q -p no:randomly tests/test_boundaries.py
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 reliability: install ## Run the full reliability suite (crashes, races, bad input) and print its figures
 	CRIOGEN_RELIABILITY_FULL=1 $(BIN)/pytest -p no:randomly tests/reliability

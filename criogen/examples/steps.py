@@ -1,13 +1,15 @@
 """``steps``: START → a → b → c → END; each node appends its name and adds one to ``n``.
 
 Input ``{"n": 0}`` ends with ``{"steps": ["a", "b", "c"], "n": 3}``. ``{"sleep": s}``
-makes node b sleep ``s`` seconds and ``{"fail": true}`` makes node b raise: the API
-tests use both.
+makes node b sleep ``s`` seconds, ``{"gate": path}`` makes node b wait (up to a
+minute) until the file ``path`` exists, and ``{"fail": true}`` makes node b raise: the
+API tests use them.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from criogen import END, START, Workflow
@@ -18,6 +20,10 @@ def _step(name: str) -> Any:
         if name == "b":
             if state.get("sleep"):
                 time.sleep(float(state["sleep"]))
+            if state.get("gate"):
+                gate, deadline = Path(str(state["gate"])), time.monotonic() + 60
+                while not gate.exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
             if state.get("fail"):
                 raise RuntimeError("node b failed because the input asked it to (fail=true)")
         return {"steps": [name], "n": int(state.get("n") or 0) + 1}

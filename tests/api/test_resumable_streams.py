@@ -16,12 +16,14 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from langgraph_sdk import get_client
 
 from tests.api.conftest import Server, _manage, start_server, stop_server
+from tests.api.test_runs import wait_cancel_asked
 from tests.conftest import START_REDIS, need_service
 
 pytestmark = pytest.mark.redis
@@ -313,17 +315,20 @@ def test_a_last_event_id_that_is_not_a_number_is_a_422(pair: tuple[Server, Serve
 
 
 async def test_on_disconnect_cancel_cancels_the_run_when_the_client_drops(
-    pair: tuple[Server, Server],
+    pair: tuple[Server, Server], tmp_path: Path
 ) -> None:
     one, two = pair
     a, b = one.client("alice"), two.client("alice")
+    # Node b waits at a gate opened only once the cancel reached the run (it is
+    # cooperative: it lands before node c), however loaded the machine.
+    gate = tmp_path / "gate"
     try:
         tid = (await a.threads.create())["thread_id"]
         seen = []
         stream = a.runs.stream(
             tid,
             "steps",
-            input=SLOW,
+            input={"n": 0, "gate": str(gate)},
             stream_resumable=True,
             on_disconnect="cancel",
         )
@@ -333,6 +338,8 @@ async def test_on_disconnect_cancel_cancels_the_run_when_the_client_drops(
                 if len(seen) == 3:  # metadata, the input's values, a's values
                     break
         run_id = seen[0][2]["run_id"]
+        await wait_cancel_asked(b, tid, run_id)
+        gate.touch()
         run = await b.runs.join(tid, run_id)  # waits for the end
         assert "steps" in run
         final = await b.runs.get(tid, run_id)

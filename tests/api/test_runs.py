@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +30,18 @@ async def wait_status(client: Any, thread_id: str, run_id: str, *statuses: str) 
             return run
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id} stayed {run['status']}, not {statuses}")
+        await asyncio.sleep(0.05)
+
+
+async def wait_cancel_asked(client: Any, thread_id: str, run_id: str) -> dict[str, Any]:
+    """Poll the run until a cancel was asked of it (``cancelled_by`` set), 30 s at most."""
+    deadline = time.monotonic() + 30
+    while True:
+        run = await client.runs.get(thread_id, run_id)
+        if run.get("cancelled_by"):
+            return run
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no cancel reached run {run_id}: {run}")
         await asyncio.sleep(0.05)
 
 
@@ -84,7 +97,10 @@ async def test_it_refuses_an_unknown_assistant_with_404(client: Any) -> None:
 
 
 async def test_a_run_names_an_assistant_by_id(client: Any) -> None:
-    assistant = (await client.assistants.search(graph_id="steps"))[0]
+    # The graph's default assistant, by its UUID (other tests make "steps" assistants with
+    # breakpoints or time limits on this server: a search could find one of those).
+    assistant = await client.assistants.get("steps")
+    assert assistant["assistant_id"] != "steps"
     result = await client.runs.wait(None, assistant["assistant_id"], input={"n": 1})
     assert result == {"steps": ["a", "b", "c"], "n": 4}
 
@@ -483,17 +499,20 @@ async def test_list_returns_only_the_selected_fields(client: Any) -> None:
 
 
 async def test_a_stream_with_on_disconnect_cancel_cancels_the_run_when_the_client_leaves(
-    client: Any,
+    client: Any, tmp_path: Path
 ) -> None:
     thread = await client.threads.create()
     tid = thread["thread_id"]
-    # Node b sleeps long enough for the server to notice the disconnect on a loaded
-    # machine; the cancel is cooperative and lands before node c.
-    stream = client.runs.stream(tid, "steps", input={"sleep": 4}, on_disconnect="cancel")
+    # Node b waits at a gate the test opens only once the server has cancelled the run
+    # (the cancel is cooperative: it lands before node c), however loaded the machine.
+    gate = tmp_path / "gate"
+    stream = client.runs.stream(tid, "steps", input={"gate": str(gate)}, on_disconnect="cancel")
     first = await stream.__anext__()
     assert first.event == "metadata"
     run_id = first.data["run_id"]
     await stream.aclose()  # the client goes away mid-run
+    await wait_cancel_asked(client, tid, run_id)
+    gate.touch()
     run = await wait_status(client, tid, run_id, "interrupted", "success")
     assert run["status"] == "interrupted"
     assert run["cancel_reason"] == "cancelled by alice"

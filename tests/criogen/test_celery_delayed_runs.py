@@ -12,10 +12,18 @@ from datetime import timedelta
 from django.utils import timezone
 
 # The cluster of real workers from the Celery worker tests: their fixtures (registered
-# under their own names, ``cluster`` and ``cluster_database``) and helpers.
-from tests.criogen.test_celery_worker import Cluster, cluster, cluster_database, steps_of
+# under their own names, ``cluster``, ``shared_cluster`` and ``cluster_database``) and
+# helpers.
+from tests.criogen.test_celery_worker import (
+    Cluster,
+    cluster,
+    cluster_database,
+    shared_cluster,
+    steps_of,
+)
 
-__all__ = ["cluster", "cluster_database"]  # pytest finds the fixtures by these names
+# pytest finds the fixtures by these names
+__all__ = ["cluster", "cluster_database", "shared_cluster"]
 
 
 def test_a_delayed_run_starts_on_a_worker_at_its_time(cluster: Cluster) -> None:  # noqa: F811

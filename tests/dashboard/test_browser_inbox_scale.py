@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,9 +17,11 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture
-def many_waiting(dashboard_server: Any) -> dict[str, Any]:
+def many_waiting(dashboard_server: Any) -> Iterator[dict[str, Any]]:
     """55 waiting agent threads and one workflow of olga's (ids share a new prefix),
-    written in the server's database (see ``inbox_scale_checks.make_rows``)."""
+    written in the server's database (see ``inbox_scale_checks.make_rows``), and removed
+    afterwards: they wait since March, so on the shared server they would fill the
+    first inbox page of every later test."""
     prefix = f"pages-{uuid.uuid4().hex[:8]}"
     code = f"""
 import json
@@ -30,7 +33,13 @@ print("OUT=" + json.dumps(checks.make_rows({prefix!r}, olga, n=55)))
     import json
 
     rows = json.loads(dashboard_server.manage("shell", "-c", code).split("OUT=", 1)[1])
-    return {"prefix": prefix, **rows}
+    yield {"prefix": prefix, **rows}
+    dashboard_server.manage(
+        "shell",
+        "-c",
+        "from criogen.storage.models import Thread\n"
+        f"Thread.objects.filter(id__startswith={prefix!r}).delete()",
+    )
 
 
 def test_an_operator_pages_filters_by_date_and_searches_the_content(

@@ -96,8 +96,14 @@ def stream_modes(value: Any, field: str = "stream_mode") -> list[str]:
     return modes or ["values"]
 
 
-def check_options(payload: Any, *, stream: bool = False) -> None:
-    """Refuse (422, naming the field) what the SDK may send and Criogen cannot do."""
+HELD_AFTER_SECONDS = 60
+"""The longest delay (``after_seconds``) a wait or a stream takes: they hold the request
+until the run has ended, and a client's or a proxy's timeout would cut it first."""
+
+
+def check_options(payload: Any, *, stream: bool = False, held: bool = False) -> None:
+    """Refuse (422, naming the field) what the SDK may send and Criogen cannot do.
+    ``held``: the request waits for the run to end (``wait``, ``stream``)."""
     # interrupt_before / interrupt_after (breakpoints) are checked against the graph's
     # nodes by criogen.services.runs.create_run.
     if getattr(payload, "feedback_keys", None):
@@ -105,7 +111,14 @@ def check_options(payload: Any, *, stream: bool = False) -> None:
     if getattr(payload, "langsmith_tracer", None):
         raise InvalidArgument("langsmith_tracer is not supported.", field="langsmith_tracer")
     # A delayed run: a non-negative whole number of seconds (422 naming it otherwise).
-    check_after_seconds(getattr(payload, "after_seconds", None))
+    delay = check_after_seconds(getattr(payload, "after_seconds", None))
+    if held and delay > HELD_AFTER_SECONDS:
+        raise InvalidArgument(
+            f"after_seconds is {delay}; a wait or a stream holds the request until the run "
+            f"ends, so it takes at most {HELD_AFTER_SECONDS} s: create the run in the "
+            "background (POST /threads/{thread_id}/runs or /runs) and join it later.",
+            field="after_seconds",
+        )
     stream_modes(payload.stream_mode)
 
 

@@ -50,11 +50,14 @@ SSE_RESPONSE = {
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _create(who: Principal, thread_id: str | None, payload: RunCreateIn) -> Run:
-    """Check the request and create the run (pending; it starts after the commit)."""
+def _create(
+    who: Principal, thread_id: str | None, payload: RunCreateIn, *, held: bool = False
+) -> Run:
+    """Check the request and create the run (pending; it starts after the commit).
+    ``held``: the request waits for the run to end (wait, stream)."""
     from criogen.services.runs import Decider, create_run
 
-    api_runs.check_options(payload)
+    api_runs.check_options(payload, held=held)
     existed = False
     if thread_id is not None:
         # Another user's thread is a 404; a missing one is created by the run (or refused).
@@ -152,7 +155,7 @@ async def _wait_response(
             "on_disconnect='cancel' is supported on streams only; wait runs continue.",
             field="on_disconnect",
         )
-    run = await db(_create, who, thread_id, payload)
+    run = await db(_create, who, thread_id, payload, held=True)
     cleanup = (
         _stateless_cleanup(run, payload.on_completion, "delete", who.name)
         if thread_id is None
@@ -183,7 +186,7 @@ async def _stream_response(
         await layer.group_add(thread_group(thread_id), name)
         channel = (layer, name)
     try:
-        run = await db(_create, who, thread_id, payload)
+        run = await db(_create, who, thread_id, payload, held=True)
     except BaseException:
         if channel is not None:
             await channel[0].group_discard(thread_group(str(thread_id)), channel[1])

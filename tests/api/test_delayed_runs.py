@@ -128,6 +128,29 @@ def test_bad_after_seconds_is_a_422_naming_it(live: Server, value: Any, door: st
         assert http.get(f"/threads/{tid}/runs").json() == []
 
 
+@pytest.mark.parametrize("door", ["wait", "stream", "stateless wait", "stateless stream"])
+def test_a_wait_or_stream_holds_at_most_a_minute_of_delay(live: Server, door: str) -> None:
+    """They hold the request until the run ends: a longer delay is a 422 naming
+    ``after_seconds`` (and nothing is created); a background run takes it."""
+    with live.http() as http:
+        tid = http.post("/threads", json={}).json()["thread_id"]
+        path = {
+            "wait": f"/threads/{tid}/runs/wait",
+            "stream": f"/threads/{tid}/runs/stream",
+            "stateless wait": "/runs/wait",
+            "stateless stream": "/runs/stream",
+        }[door]
+        body = {"assistant_id": "steps", "input": {"n": 0}, "after_seconds": 61}
+        response = http.post(path, json=body)
+        assert response.status_code == 422, response.text
+        assert response.json()["field"] == "after_seconds"
+        assert "background" in response.json()["detail"]
+        assert http.get(f"/threads/{tid}/runs").json() == []
+        created = http.post(f"/threads/{tid}/runs", json=body)
+        assert created.status_code == 200, created.text
+        http.post(f"/threads/{tid}/runs/{created.json()['run_id']}/cancel")
+
+
 # -- a server restarted while the run waits ---------------------------------------------
 
 

@@ -12,8 +12,11 @@ their ids from any ``Last-Event-ID``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,6 +115,30 @@ async def test_a_stateless_stream_has_its_first_chunks(server: Server) -> None:
     assert events[1][1] == {"plan": {"notes": ["plan for otters"]}}
 
 
+async def test_a_thread_stream_follows_a_runs_own_chunks(server: Server) -> None:
+    client = server.client("alice")
+    try:
+        tid = (await client.threads.create())["thread_id"]
+        stream = await client.threads.join_stream(tid, stream_mode=["run_modes", "lifecycle"])
+        first = await stream.__anext__()
+        assert first.event == "metadata"
+        await client.runs.create(tid, GRAPH, input=INPUT, stream_mode=["updates", "custom"])
+        seen: list[list[Any]] = []
+        async with asyncio.timeout(60):
+            async for part in stream:
+                seen.append([part.event, part.data])
+                if part.event == "lifecycle" and part.data["status"] == "success":
+                    break
+        await stream.aclose()
+    finally:
+        await client.aclose()
+
+    chunks = [e for e in seen if e[0] != "lifecycle"]
+    assert [e[0] for e in chunks] == ["updates"] * 3 + ["custom"] * 2 + ["updates"]
+    assert chunks[0][1] == {"plan": {"notes": ["plan for otters"]}}
+    assert chunks[3][1] == {"progress": "half"}
+
+
 def _sse(body: str) -> list[tuple[str | None, str, Any]]:
     """``(id, event, data)`` of each event of an SSE body."""
     out = []
@@ -163,3 +190,94 @@ async def test_a_resumable_stream_replays_from_any_event(server: Server) -> None
     assert [[event, data] for _, event, data in everything] == live
     assert [int(i) for i, _, _ in everything] == list(range(1, len(everything) + 1))
     assert rest == everything[middle:]
+
+
+# -- Celery workers: the chunks cross from the worker's process to the web's ----------
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def celery_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """A server whose runs go to one Celery worker (its own Redis: the broker, and the
+    channel layer the worker's chunks reach the web process by)."""
+    from tests.conftest import need_service
+    from tests.reliability.conftest import _fresh_database
+    from tests.reliability.helpers import (
+        CeleryWorkers,
+        RedisServer,
+        redis_server_available,
+        start_celery_server,
+    )
+
+    need_service("redis-server", redis_server_available(), "apt-get install -y redis-server")
+    tmp = tmp_path_factory.mktemp(f"streams-celery-{request.param}")
+    (tmp / "agents").mkdir()
+    shutil.copy(AGENT, tmp / "agents" / "streaming.py")
+    config = tmp / "langgraph.json"
+    config.write_text(json.dumps({"graphs": {GRAPH: "./agents/streaming.py:graph"}}))
+    logs = tmp / "logs"
+    logs.mkdir()
+    redis = RedisServer(tmp).start()
+    with contextlib.ExitStack() as stack:
+        stack.callback(redis.stop)
+        if request.param == "sqlite":
+            url = f"sqlite://{tmp / 'api.db'}"
+        else:
+            url = stack.enter_context(_fresh_database("criogen_test_lg_streams"))
+        server = start_celery_server(
+            url,
+            tmp,
+            redis,
+            f"lgs-{uuid.uuid4().hex[:8]}",
+            None,
+            CRIOGEN_LANGGRAPH_CONFIG=str(config),
+        )
+        stack.callback(stop_server, server)
+        workers = CeleryWorkers(server.env, server.env["CELERY_TASK_DEFAULT_QUEUE"], logs)
+        stack.callback(workers.stop_all)
+        workers.wait_ready(workers.start(concurrency=1))
+        yield server
+
+
+@pytest.mark.parametrize("name", ["mixed-subgraphs", "interrupt-updates", "messages", "events"])
+async def test_a_celery_worker_streams_what_langgraphs_server_streams(
+    celery_server: Server, name: str
+) -> None:
+    [case] = [c for c in CASES if c.name == name]
+    client = celery_server.client("alice")
+    try:
+        events = await stream_cases.record(client, case)
+    finally:
+        await client.aclose()
+
+    assert normalise(without_end(events)) == normalise(REFERENCE[case.name])
+
+
+async def test_a_celery_workers_resumable_stream_is_logged(celery_server: Server) -> None:
+    [case] = [c for c in CASES if c.name == "mixed-subgraphs"]
+    client = celery_server.client("alice")
+    try:
+        thread = await client.threads.create()
+        tid = thread["thread_id"]
+        live = [
+            [part.event, part.data]
+            async for part in client.runs.stream(
+                tid,
+                GRAPH,
+                input=INPUT,
+                stream_mode=case.stream_mode,  # type: ignore[arg-type]
+                stream_subgraphs=case.subgraphs,
+                stream_resumable=True,
+            )
+        ]
+        [run] = await client.runs.list(tid)
+        joined = [
+            [part.event, part.data]
+            async for part in client.runs.join_stream(tid, run["run_id"], last_event_id="3")
+        ]
+    finally:
+        await client.aclose()
+
+    assert normalise(without_end(live)) == normalise(REFERENCE[case.name])
+    assert joined == live[3:]

@@ -88,7 +88,11 @@ def stream_turn(
     modes = graph_modes(options.modes) or ["values"]
     try:
         if "events" in options.modes:
-            asyncio.run(_stream_events(compiled, turn_input, config, modes, options, convert, sink))
+            asyncio.run(
+                _stream_events(
+                    compiled, turn_input, config, modes, options, convert, sink, durability
+                )
+            )
         else:
             for part in compiled.stream(
                 turn_input, config, stream_mode=modes, subgraphs=options.subgraphs, **durability
@@ -107,12 +111,18 @@ async def _stream_events(
     options: StreamOptions,
     convert: _Converter,
     sink: _Sink,
+    durability: dict[str, Any],
 ) -> None:
     # As LangGraph's server: the graph's own stream arrives as its root run's
     # on_chain_stream events; every other event is an ``events`` event.
     root = str(config["run_id"])
     async for event in compiled.astream_events(
-        turn_input, config, version="v2", stream_mode=modes, subgraphs=options.subgraphs
+        turn_input,
+        config,
+        version="v2",
+        stream_mode=modes,
+        subgraphs=options.subgraphs,
+        **durability,
     ):
         if "langsmith:hidden" in (event.get("tags") or ()):
             continue

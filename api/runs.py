@@ -24,6 +24,11 @@ requested mode::
 It starts with ``event: metadata`` (``{"run_id", "attempt"}``), sends ``event: error``
 if the run fails, and always ends with ``event: end``.
 
+A run of a bridged LangGraph graph streams LangGraph's own chunks instead, as
+LangGraph's server does (:mod:`criogen.langgraph.streams`): they arrive on the
+thread's group as ``stream.chunks`` events while the graph runs, whatever process runs
+it, and are forwarded as they are; its checkpoints make no stream events.
+
 Resumable streams (``stream_resumable``): the same events, written once to the run's
 log in the database by a producer task and read back by every client with their ids
 (``id: 1``, ``id: 2``…), so that ``Last-Event-ID`` resumes on any process; see the
@@ -390,6 +395,13 @@ async def sse_stream(
     ended = False
     try:
         yield _sse("metadata", {"run_id": run_id, "attempt": 1})
+        if await db(from_langgraph, run_id):
+            async for chunk in _chunks_stream(layer, name, run_id, modes):
+                yield chunk
+            ended = True
+            for chunk in await db(_closing_events, run_id):
+                yield chunk
+            return
         known_updates: dict[str, dict[str, Any]] = {}
         last_version = await db(_start_version, thread_id, run_id)
         before = await db(_state_at_version, thread_id, last_version)
@@ -411,17 +423,8 @@ async def sse_stream(
             if event.get("type") == "checkpoint.written" and event.get("run_id") == run_id:
                 known_updates[str(event.get("checkpoint_id"))] = event.get("updates") or {}
         ended = True
-        run = await db(selectors.find_run, run_id)
-        if run is not None and run.status in ("error", "timeout"):
-            error = run.error or {}
-            yield _sse(
-                "error",
-                {
-                    "error": error.get("type") or error.get("code") or "Error",
-                    "message": error.get("message") or "the run failed",
-                },
-            )
-        yield _sse("end", None)
+        for chunk in await db(_closing_events, run_id):
+            yield chunk
     finally:
         await layer.group_discard(thread_group(thread_id), name)
         if not ended and cancel_on_disconnect:
@@ -430,6 +433,78 @@ async def sse_stream(
             await db(
                 after_end,
             )
+
+
+def _closing_events(run_id: str) -> list[bytes]:
+    """A stream's last events: ``error`` when the run failed, then ``end``."""
+    return [_sse(event, json.loads(data)) for _, event, data in _closing_items(run_id)]
+
+
+def _closing_items(run_id: str) -> list[tuple[str, str, str]]:
+    run = selectors.find_run(run_id)
+    items: list[tuple[str, str, str]] = []
+    if run is not None and run.status in ("error", "timeout"):
+        error = run.error or {}
+        failure = {
+            "error": error.get("type") or error.get("code") or "Error",
+            "message": error.get("message") or "the run failed",
+        }
+        items.append(("", "error", _json(failure)))
+    items.append(("", "end", "null"))
+    return items
+
+
+_langgraph_runs: OrderedDict[str, bool] = OrderedDict()
+_langgraph_lock = threading.Lock()
+
+
+def from_langgraph(run_id: str) -> bool:
+    """Whether the run streams LangGraph's own chunks (a bridged LangGraph graph's);
+    remembered per run (a run's graph does not change)."""
+    with _langgraph_lock:
+        known = _langgraph_runs.get(run_id)
+    if known is None:
+        known = selectors.streams_from_langgraph(run_id)
+        with _langgraph_lock:
+            _langgraph_runs[run_id] = known
+            while len(_langgraph_runs) > 10_000:
+                _langgraph_runs.popitem(last=False)
+    return known
+
+
+def _chunk_sse(item: Any) -> bytes:
+    """A ``stream.chunks`` item, ``[mode, event, data text]``, as an SSE event."""
+    return f"event: {item[1]}\ndata: {item[2]}\n\n".encode()
+
+
+async def _chunks_stream(
+    layer: Any, name: str, run_id: str, modes: list[str]
+) -> AsyncIterator[bytes]:
+    """A LangGraph run's chunks in ``modes`` from the thread's group, until the run
+    has ended.
+
+    The runner publishes the run's chunks and then its final ``run.changed`` in one
+    order, so the stream ends when that event arrives, after every chunk. A run that
+    ended elsewhere (cancelled by another process, taken back by the sweep) or
+    whose event was lost is seen ended in the database after a silent heartbeat."""
+    status = await db(_status, run_id)
+    ended = status is None or status in ENDED  # joined after it ended: nothing comes
+    while not ended:
+        try:
+            event = await asyncio.wait_for(layer.receive(name), timeout=heartbeat_seconds())
+        except TimeoutError:
+            yield b": heartbeat\n\n"
+            status = await db(_status, run_id)
+            ended = status is None or status in ENDED
+            continue
+        if event.get("run_id") != run_id:
+            continue
+        if event.get("type") == "stream.chunks":
+            for item in event.get("items") or ():
+                if item[0] in modes:
+                    yield _chunk_sse(item)
+        elif event.get("type") == "run.changed" and event.get("status") in ENDED:
+            ended = True
 
 
 class _StreamSlots:
@@ -581,6 +656,10 @@ def _shared_thread_event(thread_id: str, event: dict[str, Any], modes: list[str]
 
 def _thread_event(thread_id: str, event: dict[str, Any], modes: list[str]) -> list[bytes]:
     out: list[bytes] = []
+    if event.get("type") == "stream.chunks":
+        if "run_modes" in modes:
+            out.extend(_chunk_sse(item) for item in event.get("items") or ())
+        return out
     if event.get("type") == "run.changed":
         if "lifecycle" in modes:
             out.append(
@@ -595,7 +674,7 @@ def _thread_event(thread_id: str, event: dict[str, Any], modes: list[str]) -> li
         return out
     if "state_update" in modes:
         out.extend(_events_for(cp, ["values"], {}, str(cp.run_id), {}))
-    if "run_modes" in modes and cp.run_id:
+    if "run_modes" in modes and cp.run_id and not from_langgraph(str(cp.run_id)):
         run_modes = stream_modes(selectors.run_stream_mode(cp.run_id))
         updates = _updates_of(cp, event.get("updates") or None, None, {})
         out.extend(_events_for(cp, run_modes, updates, str(cp.run_id), {}))
@@ -649,9 +728,9 @@ database away for a minute); readers finish the log from the checkpoints."""
 
 def stream_group(run_id: str) -> str:
     """The Channels group told when a run's log grows."""
-    from criogen.events import run_group
+    from criogen.events import stream_group as group
 
-    return "stream-" + run_group(run_id).removeprefix("run-")
+    return group(run_id)
 
 
 def last_event_id(value: str | None) -> int:
@@ -671,15 +750,11 @@ def last_event_id(value: str | None) -> int:
 
 def open_log(run_id: str, thread_id: str) -> None:
     """Start the run's log with ``event: metadata`` (once; a second call does nothing)."""
-    from criogen.services.streams import append_stream_events, stream_tail
+    from criogen.services.streams import open_stream_log, stream_tail
 
     if stream_tail(run_id=run_id) is not None:
         return
-    start = _start_version(thread_id, run_id)
-    data = _json({"run_id": run_id, "attempt": 1})
-    append_stream_events(
-        run_id=run_id, thread_id=thread_id, after=0, events=[(start, "", "metadata", data)]
-    )
+    open_stream_log(run_id=run_id, thread_id=thread_id, version=_start_version(thread_id, run_id))
 
 
 def has_log(run_id: str) -> bool:
@@ -712,7 +787,9 @@ def advance_log(
     # The status first, then the checkpoints: a run that ends in between has its last
     # checkpoints read here too (the other order could write `end` without them).
     status = _status(run_id)
-    found = _new_checkpoints(thread_id, run_id, tail.version)
+    # A LangGraph run writes its own chunks to the log (criogen.langgraph.streams), all
+    # of them before it ends: only error and end are left to write here.
+    found = [] if from_langgraph(run_id) else _new_checkpoints(thread_id, run_id, tail.version)
     # What the first checkpoint changed is measured from the one just before it (a run
     # queued behind another starts after that one's last checkpoint, not at the head
     # seen when its log was opened).
@@ -731,15 +808,7 @@ def advance_log(
     version = found[-1].version if found else tail.version
     ended = status is None or status in ENDED
     if ended:
-        run = selectors.find_run(run_id)
-        if run is not None and run.status in ("error", "timeout"):
-            error = run.error or {}
-            failure = {
-                "error": error.get("type") or error.get("code") or "Error",
-                "message": error.get("message") or "the run failed",
-            }
-            items.append((version, "", "error", _json(failure)))
-        items.append((version, "", "end", "null"))
+        items.extend((version, *item) for item in _closing_items(run_id))
     if not items:
         return False, False, False
     seqs = append_stream_events(run_id=run_id, thread_id=thread_id, after=tail.seq, events=items)
@@ -773,6 +842,20 @@ def start_producer(
     )
     _producers.add(task)  # the loop keeps only weak references to tasks
     task.add_done_callback(_producers.discard)
+
+
+async def _next_event(layer: Any, name: str) -> dict[str, Any] | None:
+    """The channel's next event but stream chunks (a LangGraph run logs those
+    itself), or None after a silent heartbeat."""
+    while True:
+        try:
+            event: dict[str, Any] = await asyncio.wait_for(
+                layer.receive(name), timeout=heartbeat_seconds()
+            )
+        except TimeoutError:
+            return None
+        if event.get("type") != "stream.chunks":
+            return event
 
 
 async def _produce(
@@ -813,9 +896,8 @@ async def _produce(
                 # Another process wrote first (a reader filling in): read its tail again.
                 await asyncio.sleep(0.05)
                 continue
-            try:
-                event = await asyncio.wait_for(layer.receive(name), timeout=heartbeat_seconds())
-            except TimeoutError:
+            event = await _next_event(layer, name)
+            if event is None:
                 continue
             if event.get("type") == "checkpoint.written" and event.get("run_id") == run_id:
                 known[str(event.get("checkpoint_id"))] = event.get("updates") or {}

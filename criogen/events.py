@@ -7,7 +7,12 @@ Two event types (JSON-plain, the ``type`` maps to a consumer handler with ``.`` 
   :func:`thread_group` of its thread, and to the group ``"inbox"`` when the thread is
   suspended now or was suspended just before (it enters or leaves the inbox);
 - ``{"type": "run.changed", "run_id", "thread_id", "status"}`` after a run's status
-  changes, to :func:`run_group` and :func:`thread_group`.
+  changes, to :func:`run_group` and :func:`thread_group`;
+- ``{"type": "stream.chunks", "run_id", "items": [[mode, event, data], ...]}``: what a
+  bridged LangGraph graph streamed while its run executes (:func:`send_chunks`), to
+  :func:`thread_group`, with each SSE event's stream mode, name and JSON data text;
+- ``{"type": "stream.appended"}`` to :func:`stream_group` when a run's resumable
+  stream log grew.
 
 :func:`install` registers the checkpoint listener on the shared storage
 (:func:`criogen.registry.storage`); the app does it in ``ready()`` when running inside
@@ -40,6 +45,8 @@ __all__ = [
     "run_changed",
     "run_group",
     "send",
+    "send_chunks",
+    "stream_group",
     "thread_group",
 ]
 
@@ -66,17 +73,25 @@ def run_group(run_id: Any) -> str:
     return "run-" + hashlib.sha1(str(run_id).encode()).hexdigest()[:32]  # noqa: S324
 
 
-def send(group: str, event: dict[str, Any]) -> None:
+def stream_group(run_id: Any) -> str:
+    """The Channels group told when a run's resumable stream log grows."""
+    return "stream-" + run_group(run_id).removeprefix("run-")
+
+
+def send(group: str, event: dict[str, Any] | Callable[[], dict[str, Any] | None]) -> None:
     """Queue ``event`` for ``group`` on the default channel layer; never blocks or raises.
 
     Events go out in the order they were sent, from one publisher per process (see
     :class:`_Publisher`): a run does not wait for the channel layer, and a channel
-    layer that is down or slow costs the run nothing.
+    layer that is down or slow costs the run nothing. ``event`` may be a function
+    making the event when its turn to be sent comes (None: nothing to send), so that
+    what piles up meanwhile travels as one message (:func:`send_chunks`).
     """
     try:
         _publisher.submit(group, event)
     except Exception:
-        logger.exception("could not queue %s for %s", event.get("type"), group)
+        kind = event.get("type") if isinstance(event, dict) else "stream.chunks"
+        logger.exception("could not queue %s for %s", kind, group)
 
 
 class _Publisher:
@@ -99,13 +114,15 @@ class _Publisher:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] | None = None
+        self._queue: asyncio.Queue[tuple[str, Any]] | None = None
         self._queued = 0
         self._idle = threading.Condition(self._lock)
         self.dropped = 0
         self.server_loop: asyncio.AbstractEventLoop | None = None
 
-    def submit(self, group: str, event: dict[str, Any]) -> None:
+    def submit(
+        self, group: str, event: dict[str, Any] | Callable[[], dict[str, Any] | None]
+    ) -> None:
         server = _server_loop()
         with self._lock:
             if server is not None:
@@ -146,14 +163,16 @@ class _Publisher:
         # A worker or script that ends right after a run still sends its last events.
         atexit.register(self.flush, 1.0)
 
-    async def _drain(self, queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
+    async def _drain(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         from channels.layers import InMemoryChannelLayer, get_channel_layer
 
         while True:
             group, event = await queue.get()
             try:
+                if callable(event):
+                    event = event()
                 layer = get_channel_layer()
-                if layer is None:
+                if layer is None or event is None:
                     continue
                 server = self.server_loop
                 if isinstance(layer, InMemoryChannelLayer) and server and server.is_running():
@@ -165,7 +184,8 @@ class _Publisher:
                 # CancelledError is no Exception: the loop the send was handed to ended
                 # (a request's own loop); uncaught, it would end this thread and with it
                 # every later live event of the process.
-                logger.warning("could not send %s to %s", event.get("type"), group, exc_info=True)
+                kind = event.get("type") if isinstance(event, dict) else event
+                logger.warning("could not send %s to %s", kind, group, exc_info=True)
             finally:
                 with self._idle:
                     self._queued -= 1
@@ -217,6 +237,41 @@ _publisher = _Publisher()
 def flush(timeout: float = 5.0) -> bool:
     """Wait until the events sent so far were handed to the channel layer."""
     return _publisher.flush(timeout)
+
+
+class _Chunks:
+    """The stream chunks of one run waiting to be sent: a burst (tokens) that arrives
+    while the publisher is busy leaves as one ``stream.chunks`` message, so the channel
+    layer's per-channel capacity is not exhausted by a fast graph."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.items: dict[tuple[str, str], list[list[str]]] = {}
+
+
+_chunks = _Chunks()
+
+
+def send_chunks(*, run_id: Any, thread_id: str, items: Sequence[Sequence[str]]) -> None:
+    """Queue a run's stream chunks (``[mode, event, data]`` each, ``data`` as JSON
+    text) for the thread's group, after the events sent before; chunks queued while an
+    earlier batch of the run waits are sent with it, in order."""
+    key = (str(run_id), str(thread_id))
+    with _chunks.lock:
+        waiting = _chunks.items.get(key)
+        if waiting is not None:
+            waiting.extend([list(item) for item in items])
+            return
+        _chunks.items[key] = [list(item) for item in items]
+
+    def take() -> dict[str, Any] | None:
+        with _chunks.lock:
+            batch = _chunks.items.pop(key, None)
+        if not batch:
+            return None
+        return {"type": "stream.chunks", "run_id": key[0], "items": batch}
+
+    send(thread_group(thread_id), take)
 
 
 def add_run_listener(listener: Callable[[dict[str, Any]], None]) -> None:

@@ -8,6 +8,7 @@ list, delete, batch. Runs are created, waited for and cancelled by
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -51,10 +52,16 @@ SSE_RESPONSE = {
 
 
 def _create(
-    who: Principal, thread_id: str | None, payload: RunCreateIn, *, held: bool = False
+    who: Principal,
+    thread_id: str | None,
+    payload: RunCreateIn,
+    *,
+    held: bool = False,
+    run_id: uuid.UUID | None = None,
 ) -> Run:
     """Check the request and create the run (pending; it starts after the commit).
-    ``held``: the request waits for the run to end (wait, stream)."""
+    ``held``: the request waits for the run to end (wait, stream); ``run_id``: the
+    new run's id (else a new one)."""
     from criogen.services.runs import Decider, create_run
 
     api_runs.check_options(payload, held=held)
@@ -93,6 +100,8 @@ def _create(
         webhook=payload.webhook,
         if_not_exists=payload.if_not_exists or "reject",
         stream_mode=api_runs.stream_modes(payload.stream_mode),
+        stream_subgraphs=bool(payload.stream_subgraphs),
+        stream_resumable=bool(payload.stream_resumable),
         interrupt_before=payload.interrupt_before,
         interrupt_after=payload.interrupt_after,
         owner=who.user,
@@ -100,6 +109,7 @@ def _create(
         door="api",
         decider=Decider(who.user, who.is_operator),
         after_seconds=payload.after_seconds,
+        run_id=run_id,
     )
     api_runs.claim_owner(who, run.thread_id, created=not existed)
     return run
@@ -178,18 +188,19 @@ async def _stream_response(
     from criogen.events import thread_group
 
     modes = api_runs.stream_modes(payload.stream_mode)
-    channel = None
-    if thread_id is not None:
-        # Subscribe before the run exists, so that its first events cannot be missed.
-        layer = get_channel_layer()
-        name = await layer.new_channel()
-        await layer.group_add(thread_group(thread_id), name)
-        channel = (layer, name)
+    # Subscribe before the run exists, so that its first events cannot be missed (a
+    # bridged LangGraph graph's chunks are live only); a stateless run's thread is
+    # named after the run, whose id is chosen here for that.
+    run_id = uuid.uuid4()
+    group = thread_group(thread_id if thread_id is not None else str(run_id))
+    layer = get_channel_layer()
+    name = await layer.new_channel()
+    await layer.group_add(group, name)
+    channel = (layer, name)
     try:
-        run = await db(_create, who, thread_id, payload, held=True)
+        run = await db(_create, who, thread_id, payload, held=True, run_id=run_id)
     except BaseException:
-        if channel is not None:
-            await channel[0].group_discard(thread_group(str(thread_id)), channel[1])
+        await layer.group_discard(group, name)
         raise
     cleanup = (
         _stateless_cleanup(run, payload.on_completion, "delete", who.name)

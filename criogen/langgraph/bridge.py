@@ -121,7 +121,7 @@ def _run_turn(
     # A run that stopped between two LangGraph steps (a crash, a hand-back) goes on
     # from LangGraph's last checkpoint; otherwise a new turn with the run's input.
     turn_input, durability = _run_row(state, ctx, alias)
-    compiled.invoke(None if snapshot.next else turn_input, config, **durability)
+    _drive(compiled, None if snapshot.next else turn_input, config, durability, ctx, alias)
     return _values(compiled.get_state(config))
 
 
@@ -136,7 +136,7 @@ def _answer(compiled: Any, ctx: NodeContext, alias: str | None) -> dict[str, Any
         if snapshot.next:
             # The answer was given and LangGraph stopped before it finished (a crash
             # after the resume's first steps): it goes on from its last checkpoint.
-            compiled.invoke(None, config, **durability)
+            _drive(compiled, None, config, durability, ctx, alias)
         return _values(compiled.get_state(config))
     node, first = waiting[0]
     value = jsonable(first.value)
@@ -162,8 +162,60 @@ def _answer(compiled: Any, ctx: NodeContext, alias: str | None) -> dict[str, Any
             langgraph_node=node,
             pending=len(waiting),
         )
-    compiled.invoke(Command(resume=resume), config, **durability)
+    _drive(compiled, Command(resume=resume), config, durability, ctx, alias)
     return _values(compiled.get_state(config))
+
+
+def _drive(
+    compiled: Any,
+    turn_input: Any,
+    config: dict[str, Any],
+    durability: dict[str, Any],
+    ctx: NodeContext,
+    alias: str | None,
+) -> None:
+    """Run a turn of the LangGraph graph: streamed in the run's stream modes
+    (:mod:`criogen.langgraph.streams`) when a run row has them, else invoked."""
+    from criogen.langgraph.streams import run_options, stream_turn
+
+    row = _run_kwargs(ctx, alias)
+    if row is None:
+        compiled.invoke(turn_input, config, **durability)
+        return
+    kwargs, metadata = row
+    stream_turn(
+        compiled,
+        turn_input,
+        {**config, "metadata": metadata},
+        run_options(kwargs),
+        run_id=str(ctx.run_id),
+        thread_id=ctx.thread_id,
+        durability=durability,
+    )
+
+
+def _run_kwargs(
+    ctx: NodeContext, alias: str | None
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The ``kwargs`` of the run executing (its stream options), and the metadata
+    LangGraph's server gives a run's config (its graph, assistant and attempt: they
+    reach the metadata of streamed messages and events); None without a run row (a
+    thread run from Python, not by the runner)."""
+    if alias is None:
+        return None
+    from criogen.storage.models import Run
+
+    found = (
+        Run.objects.using(alias)
+        .filter(run_id=ctx.run_id)
+        .values_list("kwargs", "graph_id", "assistant_id")
+        .first()
+    )
+    if found is None:
+        return None
+    kwargs, graph_id, assistant_id = found
+    metadata = {"graph_id": graph_id, "assistant_id": str(assistant_id), "run_attempt": 1}
+    return dict(kwargs or {}), metadata
 
 
 def answer_schema(interrupt: Any) -> dict[str, Any] | None:

@@ -305,9 +305,14 @@ def load_langgraph(graph_id: str, target: str, obj: Any, saver: Any) -> LangGrap
     if is_factory(obj):
         obj = _call_factory(graph_id, obj)
     if isinstance(obj, StateGraph):
-        compiled = obj.compile(checkpointer=saver)
-    elif is_langgraph_object(obj):
-        compiled = obj.copy(update={"checkpointer": saver})
+        obj = obj.compile()
+    if is_langgraph_object(obj):
+        # As LangGraph's server: a graph left with LangGraph's default name is named
+        # after its id (the root of its LangChain events, ``name`` in ``events``).
+        update: dict[str, Any] = {"checkpointer": saver}
+        if obj.name == "LangGraph":
+            update["name"] = graph_id
+        compiled = obj.copy(update=update)
     else:
         raise GraphNotFound(
             f"graph {graph_id!r} ({target!r}) is a {type(obj).__name__}, not a LangGraph "

@@ -52,6 +52,7 @@ from criogen.selectors.runs import (
     run_status,
     run_stream_mode,
     runs_for_thread,
+    streams_from_langgraph,
 )
 from criogen.selectors.search import (
     SORT_FIELDS,
@@ -122,6 +123,7 @@ __all__ = [
     "run_checkpoint_ids",
     "run_status",
     "run_stream_mode",
+    "streams_from_langgraph",
     "runs_for_thread",
     "search_assistants",
     "search_crons",

@@ -21,6 +21,7 @@ __all__ = [
     "run_status",
     "run_stream_mode",
     "runs_for_thread",
+    "streams_from_langgraph",
 ]
 
 
@@ -91,3 +92,19 @@ def active_runs(*, thread_id: str) -> QuerySet[Run]:
     return Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_RUN_STATUSES).order_by(
         "created_at"
     )
+
+
+def streams_from_langgraph(run_id: Any) -> bool:
+    """Whether the run ``run_id`` runs a bridged LangGraph graph, which streams its own
+    chunks (:mod:`criogen.langgraph.streams`) instead of having its stream events made
+    from checkpoints. False for an unknown run or a graph that does not load."""
+    graph_id = Run.objects.filter(pk=run_id).values_list("graph_id", flat=True).first()
+    if graph_id is None:
+        return False
+    from criogen.registry import get_graph
+
+    try:
+        graph = get_graph(graph_id)
+    except Exception:  # noqa: BLE001 - a graph that does not load streams nothing
+        return False
+    return getattr(graph, "kind", None) == "langgraph"

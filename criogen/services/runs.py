@@ -110,6 +110,8 @@ def create_run(
     webhook: str | None = None,
     if_not_exists: str = "reject",
     stream_mode: Any = None,
+    stream_subgraphs: bool = False,
+    stream_resumable: bool = False,
     interrupt_before: Any = None,
     interrupt_after: Any = None,
     owner: Any = None,
@@ -119,6 +121,7 @@ def create_run(
     expected: str | None = None,
     decider: Decider | None = None,
     after_seconds: Any = None,
+    run_id: uuid.UUID | None = None,
     _seen: _Seen | None = None,
 ) -> Run:
     """Create a run ``pending`` and have it executed once the transaction commits.
@@ -148,6 +151,11 @@ def create_run(
         decider: who answers, as the door authenticated them (None: a trusted door —
             Python, deadlines); an answer is refused with NotAllowedToDecide (403,
             audited) unless :func:`may_decide` says yes.
+        stream_mode / stream_subgraphs / stream_resumable: how the run is streamed
+            (kept on the run: a bridged LangGraph graph streams its own chunks in
+            these modes, see criogen.langgraph.streams).
+        run_id: the new run's id (a door that subscribes to its events before it
+            exists); else a new UUID.
         after_seconds: a delayed run: no worker starts it before that many seconds
             from now (a non-negative integer; 0 or None: at once). It is ``pending``
             meanwhile, its thread busy, and a run queued on the thread after it runs
@@ -225,13 +233,17 @@ def create_run(
         update_thread_state(thread_id=thread_id, values=update, by=by, door=door)
 
     breakpoints = _check_breakpoints(assistant, thread_id, interrupt_before, interrupt_after)
-    run_id = uuid.uuid4()
+    run_id = run_id or uuid.uuid4()
     kwargs = {
         "config": config or {},
         "context": context or {},
         "stream_mode": stream_mode,
         "webhook": webhook,
     }
+    if stream_subgraphs:
+        kwargs["stream_subgraphs"] = True
+    if stream_resumable:
+        kwargs["stream_resumable"] = True
     if action:
         kwargs["action"] = action
     kwargs.update(breakpoints)

@@ -10,7 +10,9 @@ web process sees the same one; the sweep deletes a run's log
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,6 +29,8 @@ __all__ = [
     "LoggedEvent",
     "StreamTail",
     "append_stream_events",
+    "append_to_stream_log",
+    "open_stream_log",
     "prune_streams",
     "stream_events_after",
     "stream_tail",
@@ -116,6 +120,46 @@ def append_stream_events(
         logger.warning("could not append to the stream log of run %s: %s", run_id, exc)
         return None
     return [row.seq for row in rows]
+
+
+def open_stream_log(*, run_id: str, thread_id: str, version: int) -> None:
+    """Start the run's log with ``event: metadata`` (``{"run_id", "attempt"}``) at id 1,
+    unless it has begun: the door that streams the run and the run itself (a bridged
+    LangGraph graph writing its chunks) may each be first."""
+    if stream_tail(run_id=run_id) is not None:
+        return
+    data = json.dumps({"run_id": run_id, "attempt": 1}, separators=(",", ":"))
+    append_stream_events(
+        run_id=run_id, thread_id=thread_id, after=0, events=[(version, "", "metadata", data)]
+    )
+
+
+APPEND_ATTEMPTS = 50
+
+
+def append_to_stream_log(
+    *, run_id: str, thread_id: str, events: Sequence[tuple[str, str, str]]
+) -> bool:
+    """Append ``events`` (``(mode, event, data)`` each) after the log's last event,
+    whoever else appends meanwhile (its opening, a reader finishing it), at the
+    version of that last event; the log is opened first if it has not been. Returns
+    False when the log has ended (nothing may follow ``end``) or could not be
+    written after :data:`APPEND_ATTEMPTS` tries."""
+    if not events:
+        return True
+    for attempt in range(APPEND_ATTEMPTS):
+        tail = stream_tail(run_id=run_id)
+        if tail is None:
+            open_stream_log(run_id=run_id, thread_id=thread_id, version=0)
+            continue
+        if tail.ended:
+            return False
+        rows = [(tail.version, mode, event, data) for mode, event, data in events]
+        if append_stream_events(run_id=run_id, thread_id=thread_id, after=tail.seq, events=rows):
+            return True
+        time.sleep(min(0.01 * (attempt + 1), 0.2))  # another writer went first: again
+    logger.warning("gave up appending %d events to the log of run %s", len(events), run_id)
+    return False
 
 
 def stream_events_after(

@@ -57,3 +57,28 @@ def test_a_channel_layer_that_is_down_does_not_hold_up_the_sender() -> None:
         assert events.flush(timeout=60), "the publisher did not get past the dead layer"
     # And it goes on working once the layer is back.
     test_events_reach_the_layer_in_the_order_they_were_sent()
+
+
+def test_a_burst_of_stream_chunks_travels_as_one_message_in_order() -> None:
+    """Chunks sent while the publisher is busy (a model's tokens) leave together: a
+    thousand of them do not overflow the layer's 100 messages per channel."""
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(events.thread_group("burst-thread"), channel)
+    gate = threading.Event()
+
+    def busy() -> None:  # the publisher is held here until the burst has been sent
+        gate.wait(30)
+
+    events.send("nobody", busy)  # type: ignore[arg-type]
+    for n in range(1000):
+        events.send_chunks(
+            run_id="burst-run", thread_id="burst-thread", items=[("custom", "custom", str(n))]
+        )
+    gate.set()
+    assert events.flush()
+    [message] = async_to_sync(_receive_all)(channel, 1)
+
+    assert message["type"] == "stream.chunks"
+    assert message["run_id"] == "burst-run"
+    assert [item[2] for item in message["items"]] == [str(n) for n in range(1000)]

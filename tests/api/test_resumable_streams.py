@@ -402,14 +402,30 @@ def test_a_resumable_stream_is_accepted_on_wait(pair: tuple[Server, Server]) -> 
     assert done.json()["steps"] == ["a", "b", "c"]
 
 
-def test_a_silent_stream_sends_heartbeats(pair: tuple[Server, Server]) -> None:
+def test_a_silent_stream_sends_heartbeats(pair: tuple[Server, Server], tmp_path: Path) -> None:
+    # Node b waits at a gate the test opens only after two heartbeats came while it was
+    # silent: the test does not bet on how many fit in a given time on a loaded machine.
     _, two = pair
+    gate = tmp_path / "gate"
+    chunks: list[str] = []
+    heartbeats = 0
     with two.http() as http:
         tid = http.post("/threads", json={}).json()["thread_id"]
-        body = {"assistant_id": "steps", "input": SLOW, "stream_resumable": True}
+        body = {
+            "assistant_id": "steps",
+            "input": {"n": 0, "gate": str(gate)},
+            "stream_resumable": True,
+        }
         with http.stream("POST", f"/threads/{tid}/runs/stream", json=body) as response:
-            text = response.read().decode()
-    # Node b sleeps 3 s: about three heartbeats between a's events and b's.
+            for chunk in response.iter_text():
+                chunks.append(chunk)
+                text = "".join(chunks)
+                if '"steps":["a"]' in text and not gate.exists():
+                    between = text.split('"steps":["a"]', 1)[1]
+                    heartbeats = between.count(": heartbeat\n\n")
+                    if heartbeats >= 2:
+                        gate.touch()
+    text = "".join(chunks)
     between = text.split('"steps":["a"]', 1)[1].split('"steps":["a","b"]', 1)[0]
     assert between.count(": heartbeat\n\n") >= 2, text
     assert text.rstrip().endswith("event: end\ndata: null")

@@ -5,8 +5,9 @@ Criogen calls out in five places: a run's ``webhook`` when the run ends (``run``
 (``reminder``), an assistant's notification webhook (``notify``,
 :mod:`criogen.services.notifications`), and the reminder or notification e-mail
 (``email``). Each goes through
-:func:`send_webhook` or :func:`send_email`, which never raise and return at once: the
-call is delivered off the caller's thread, by a bounded pool of sender threads
+:func:`send_webhook` or :func:`send_email`, which never raise and return at once (a
+call made inside a transaction is queued when it commits, and dropped if it rolls
+back): the call is delivered off the caller's thread, by a bounded pool of sender threads
 (``CRIOGEN_OUTBOUND_WORKERS``; at most ``CRIOGEN_OUTBOUND_QUEUE`` calls wait) or, with
 ``CRIOGEN_RUNNER="celery"``, by the task ``criogen.tasks.deliver_outbound_task``.
 
@@ -57,7 +58,7 @@ from typing import Any
 import httpcore
 import httpx
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from criogen.engine.errors import InvalidArgument, OutboundRefused
@@ -490,8 +491,9 @@ def send_webhook(
     cron_id: Any = "",
 ) -> None:
     """POST ``payload`` as JSON to ``url`` off this thread, under the outbound policy,
-    with a deadline per attempt, retries and a record of each attempt. Never raises: a
-    malformed URL or any other trouble is recorded (and logged)."""
+    with a deadline per attempt, retries and a record of each attempt. Inside a
+    transaction, the call is queued when it commits (never, if it rolls back). Never
+    raises: a malformed URL or any other trouble is recorded (and logged)."""
     call = _Call(
         kind=kind,
         url=str(url),
@@ -500,12 +502,13 @@ def send_webhook(
         thread_id=str(thread_id or ""),
         cron_id=str(cron_id or ""),
     )
-    _enqueue(call)
+    _enqueue_on_commit(call)
 
 
 def send_email(*, subject: str, body: str, recipients: Sequence[str], thread_id: Any = "") -> None:
     """Send an e-mail (Django's mail settings) off this thread, with a deadline per
-    attempt, retries and a record of each attempt. Never raises."""
+    attempt, retries and a record of each attempt. Inside a transaction, the call is
+    queued when it commits (never, if it rolls back). Never raises."""
     call = _Call(
         kind="email",
         recipients=list(recipients),
@@ -513,7 +516,13 @@ def send_email(*, subject: str, body: str, recipients: Sequence[str], thread_id:
         body=body,
         thread_id=str(thread_id or ""),
     )
-    _enqueue(call)
+    _enqueue_on_commit(call)
+
+
+def _enqueue_on_commit(call: _Call) -> None:
+    # What the caller's transaction records (a notification's once-row and audit event)
+    # and the call it asks for stand or fall together: the call leaves after the commit.
+    transaction.on_commit(lambda: _enqueue(call))
 
 
 def _enqueue(call: _Call, delay: float = 0.0) -> None:

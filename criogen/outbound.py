@@ -33,7 +33,9 @@ The policy for a webhook:
   ``CRIOGEN_OUTBOUND_ATTEMPTS`` attempts in all, after ``CRIOGEN_OUTBOUND_BACKOFF_SECONDS``
   × 2ⁿ⁻¹; a refusal by the policy and other statuses are not;
 - each attempt is recorded as an :class:`~criogen.storage.models.OutboundAttempt` row
-  (Django admin), with the URL stripped of its query and credentials.
+  (Django admin), with the URL stripped of its query and credentials; the periodic
+  sweep deletes the rows older than ``CRIOGEN_OUTBOUND_RETENTION_SECONDS``
+  (:func:`prune_attempts`).
 
 The SMTP server of the e-mail is the deployment's own (Django's ``EMAIL_*`` settings),
 so the address policy does not apply to it; the deadline, retries and records do.
@@ -52,7 +54,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpcore
@@ -70,6 +72,7 @@ __all__ = [
     "check_address",
     "check_webhook_url",
     "drain",
+    "prune_attempts",
     "resolve_checked",
     "send_email",
     "send_webhook",
@@ -734,6 +737,30 @@ def _record(
         )
     except Exception:
         logger.exception("could not record the %s call to %s", call.kind, _target(call))
+
+
+def prune_attempts(*, now: datetime | None = None, limit: int = 10000) -> int:
+    """Delete the records of attempts made more than ``CRIOGEN_OUTBOUND_RETENTION_SECONDS``
+    ago (0: keep them all), at most ``limit`` a call, oldest first; returns how many
+    went. Every row is an attempt that ended (delivered, failed, refused, dropped): a
+    call still being retried writes a new row for its next attempt."""
+    from criogen.storage.models import OutboundAttempt
+
+    retention = int(settings.CRIOGEN_OUTBOUND_RETENTION_SECONDS)
+    if retention <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(seconds=retention)
+    # By the created_at index, in bounded batches: a backlog of months is deleted over
+    # several sweeps rather than in one long statement.
+    old = list(
+        OutboundAttempt.objects.filter(created_at__lt=cutoff)
+        .order_by("created_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    if not old:
+        return 0
+    deleted, _ = OutboundAttempt.objects.filter(pk__in=old).delete()
+    return deleted
 
 
 def deliver_data(data: dict[str, Any]) -> float | None:

@@ -36,6 +36,9 @@ set TTL                       yes     yes      —       —         —
 create thread                 yes     yes      —       —         —
 ============================  ======  =======  ======  ========  ======
 
+An answer to an agent's approval is audited as ``decide`` from every door and verb
+(``approve()``, ``reject()``, ``respond()`` included), the decisions in its details.
+
 A dash is a door that does not offer the verb: the REST API has no rewind or retry (a
 run from an earlier ``checkpoint_id`` is a new run, not the rewind verb), the dashboard
 answers, rewinds and retries only, the deadline service applies a suspension's default
@@ -287,7 +290,7 @@ def test_resume_a_workflow(door: str, doors: Doors, suspended_workflow: Any) -> 
     elif door == "ui":
         assert "already" in call().lower()
     else:
-        assert call() == {"defaults": 0, "reminders": 0}
+        assert call() == {"defaults": 0, "reminders": 0, "overdue": 0}
     settle()
     assert Tally.now() == after
 
@@ -380,8 +383,12 @@ def test_answer_an_agent(door: str, decision: str, doors: Doors, waiting_agent: 
         assert any(TOOL_SAYS[decision] in s for s in said), said
     assert head_of(tid).status == "completed"
     events = before.events_since()
-    assert [(actor, d) for _, actor, d in events] == [(ACTORS[door], door)], events
-    assert events[0][0] in runs.ANSWERS, events
+    # One verb for one action: every door audits an answer to an approval as "decide",
+    # with the decision it recorded in the event's details.
+    assert events == [("decide", ACTORS[door], door)], events
+    (event,) = [e for e in registry.storage().audit_events(thread_id=tid) if e.action == "decide"]
+    recorded = event.details["decisions"]
+    assert [d["type"] for d in recorded] == ["reject" if door == "deadline" else decision]
 
     after = Tally.now()
     if door == "python":
@@ -391,7 +398,7 @@ def test_answer_an_agent(door: str, decision: str, doors: Doors, waiting_agent: 
     elif door == "ui":
         assert "already" in call().lower()
     else:
-        assert call() == {"defaults": 0, "reminders": 0}
+        assert call() == {"defaults": 0, "reminders": 0, "overdue": 0}
     settle()
     assert Tally.now() == after
 

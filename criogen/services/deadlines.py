@@ -19,7 +19,14 @@ in a workflow node; an agent puts the same keys on its approval interrupt):
 :class:`~criogen.storage.models.DeadlineFiring` row it inserts (unique per suspension
 and kind) commits in the same transaction as the resume run or the failure checkpoint,
 so a crash during the firing leaves neither and the next sweep fires it again. The
-default is an audited decision by ``system``.
+default is an audited decision by ``system``. A reminder's once-row, its
+``deadline_reminder`` audit event and the queueing of its calls commit together too.
+
+When a suspension someone claimed passes its deadline (whatever its default), the
+assistant's notification channels are told it is overdue, naming the holder, before the
+default applies (:func:`~criogen.services.notifications.notify_overdue`); a claimed
+suspension without a deadline is overdue ``metadata.notify.claimed_overdue_seconds``
+after its claim when the assistant sets it, never otherwise.
 """
 
 from __future__ import annotations

@@ -56,8 +56,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -730,35 +728,8 @@ def test_the_database_is_the_one_asked_for() -> None:
 @pytest.mark.postgres
 @pytest.mark.skipif(BACKEND != "sqlite", reason="the inner run itself")
 def test_the_matrix_on_postgresql() -> None:
-    """This module in a pytest of its own whose database is PostgreSQL. Its test
-    database (``test_<name>``, which pytest-django reuses) is a copy of the session's
-    migrated template, so the inner run does not migrate from zero."""
-    from tests.servers import _drop, fresh_postgres
+    """This module in a pytest of its own whose database is PostgreSQL."""
+    from tests.servers import run_module_on_postgresql
 
-    with fresh_postgres("criogen_matrix") as url:
-        name = url.rsplit("/", 1)[1]
-        import psycopg
-
-        from tests.conftest import PG_HOST
-
-        with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "test_{name}" TEMPLATE "{name}"')
-        env = {
-            **os.environ,
-            "DATABASE_URL": url,
-            "CRIOGEN_VERB_MATRIX_BACKEND": "postgresql",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        try:
-            done = subprocess.run(  # noqa: S603 - our own interpreter and this test file
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--reuse-db"]
-                + ["-x", __file__],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-        finally:
-            _drop(f"test_{name}")
+    done = run_module_on_postgresql(__file__, {"CRIOGEN_VERB_MATRIX_BACKEND": "postgresql"})
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]

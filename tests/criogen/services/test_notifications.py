@@ -3,11 +3,13 @@ one of its runs leaves the thread suspended, and when a claimed suspension waits
 its deadline: a Slack-compatible webhook (a real loopback listener) and an e-mail
 (Django's locmem backend), through criogen.outbound (retries, OutboundAttempt rows),
 with an audit event committed together with the once-row. In process on the test
-database: SQLite, or PostgreSQL with ``DATABASE_URL=postgres://…`` (the API test,
-tests/api/test_notifications.py, runs on both)."""
+database: SQLite, and PostgreSQL through :func:`test_this_module_on_postgresql` (this
+module again, in a pytest of its own whose database is PostgreSQL; the API test,
+tests/api/test_notifications.py, runs on both too)."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -30,6 +32,9 @@ from criogen.storage.models import Claim, DeadlineFiring, OutboundAttempt, Run
 from tests.listeners import Listener
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("inprocess_runner")]
+
+INNER = "CRIOGEN_NOTIFICATIONS_ON_POSTGRESQL"
+"""Set in the inner run of this module on PostgreSQL."""
 
 
 @pytest.fixture(autouse=True)
@@ -454,3 +459,18 @@ def test_without_a_deadline_or_the_setting_a_claim_is_never_overdue(
     assert fire_deadlines(now=timezone.now() + timedelta(days=30))["overdue"] == 0
     assert outbound.drain(timeout=30)
     assert [r["body"]["event"] for r in listener.received] == ["suspension"]
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(bool(os.environ.get(INNER)), reason="the inner run itself")
+def test_this_module_on_postgresql() -> None:
+    from tests.servers import run_module_on_postgresql
+
+    done = run_module_on_postgresql(__file__, {INNER: "1"})
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout
+
+
+@pytest.mark.skipif(not os.environ.get(INNER), reason="only the inner run")
+def test_the_inner_run_is_on_postgresql() -> None:
+    assert connection.vendor == "postgresql"

@@ -162,34 +162,32 @@ def first_problem(value: Any, schema: Mapping[str, Any], path: str) -> tuple[str
 def _wording(problem: Problem) -> str:
     """What is wrong, for the person answering (the form shows it by the field)."""
     schema = problem.schema
-    kind = problem.kind
-    if kind == "const":
-        return f"must be {json.dumps(schema['const'])}"
-    if kind == "enum":
+    if problem.kind == "enum":
         options = ", ".join(json.dumps(option, ensure_ascii=False) for option in schema["enum"])
         return f"must be one of {options}"
-    if kind == "type":
+    if problem.kind == "type":
         kinds = schema.get("type")
         kinds = kinds if isinstance(kinds, list) else [kinds]
         return f"must be {' or '.join(_article(str(k)) for k in kinds)}"
-    if kind == "min_length":
-        if schema["minLength"] == 1:
-            return "must not be empty"
-        return f"must have at least {schema['minLength']} characters"
-    if kind == "max_length":
-        return f"must have at most {schema['maxLength']} characters"
-    if kind == "finite":
-        return "must be a finite number"
-    if kind == "minimum":
-        return f"must be at least {schema['minimum']}"
-    if kind == "maximum":
-        return f"must be at most {schema['maximum']}"
-    if kind == "required":
-        return "is required"
-    if kind == "unexpected":
+    if problem.kind == "min_length" and schema["minLength"] == 1:
+        return "must not be empty"
+    if problem.kind == "unexpected":
         known = ", ".join(schema.get("properties") or {}) or "none"
         return f"is not expected (expected: {known})"
-    return "is not a valid answer"  # a non-string key: JSON has none
+    words = _WORDS.get(problem.kind, "is not a valid answer")  # (a non-string key: not JSON)
+    return words.format(**{key: json.dumps(value) for key, value in schema.items()})
+
+
+_WORDS = {
+    "const": "must be {const}",
+    "min_length": "must have at least {minLength} characters",
+    "max_length": "must have at most {maxLength} characters",
+    "finite": "must be a finite number",
+    "minimum": "must be at least {minimum}",
+    "maximum": "must be at most {maximum}",
+    "required": "is required",
+}
+"""The wording of the problems whose words only take the schema's own values."""
 
 
 def _article(kind: str) -> str:

@@ -5,8 +5,9 @@ Criogen calls out in five places: a run's ``webhook`` when the run ends (``run``
 (``reminder``), an assistant's notification webhook (``notify``,
 :mod:`criogen.services.notifications`), and the reminder or notification e-mail
 (``email``). Each goes through
-:func:`send_webhook` or :func:`send_email`, which never raise and return at once: the
-call is delivered off the caller's thread, by a bounded pool of sender threads
+:func:`send_webhook` or :func:`send_email`, which never raise and return at once (a
+call made inside a transaction is queued when it commits, and dropped if it rolls
+back): the call is delivered off the caller's thread, by a bounded pool of sender threads
 (``CRIOGEN_OUTBOUND_WORKERS``; at most ``CRIOGEN_OUTBOUND_QUEUE`` calls wait) or, with
 ``CRIOGEN_RUNNER="celery"``, by the task ``criogen.tasks.deliver_outbound_task``.
 
@@ -32,7 +33,9 @@ The policy for a webhook:
   ``CRIOGEN_OUTBOUND_ATTEMPTS`` attempts in all, after ``CRIOGEN_OUTBOUND_BACKOFF_SECONDS``
   × 2ⁿ⁻¹; a refusal by the policy and other statuses are not;
 - each attempt is recorded as an :class:`~criogen.storage.models.OutboundAttempt` row
-  (Django admin), with the URL stripped of its query and credentials.
+  (Django admin), with the URL stripped of its query and credentials; the periodic
+  sweep deletes the rows older than ``CRIOGEN_OUTBOUND_RETENTION_SECONDS``
+  (:func:`prune_attempts`).
 
 The SMTP server of the e-mail is the deployment's own (Django's ``EMAIL_*`` settings),
 so the address policy does not apply to it; the deadline, retries and records do.
@@ -51,13 +54,13 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpcore
 import httpx
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from criogen.engine.errors import InvalidArgument, OutboundRefused
@@ -69,6 +72,7 @@ __all__ = [
     "check_address",
     "check_webhook_url",
     "drain",
+    "prune_attempts",
     "resolve_checked",
     "send_email",
     "send_webhook",
@@ -490,8 +494,9 @@ def send_webhook(
     cron_id: Any = "",
 ) -> None:
     """POST ``payload`` as JSON to ``url`` off this thread, under the outbound policy,
-    with a deadline per attempt, retries and a record of each attempt. Never raises: a
-    malformed URL or any other trouble is recorded (and logged)."""
+    with a deadline per attempt, retries and a record of each attempt. Inside a
+    transaction, the call is queued when it commits (never, if it rolls back). Never
+    raises: a malformed URL or any other trouble is recorded (and logged)."""
     call = _Call(
         kind=kind,
         url=str(url),
@@ -500,12 +505,13 @@ def send_webhook(
         thread_id=str(thread_id or ""),
         cron_id=str(cron_id or ""),
     )
-    _enqueue(call)
+    _enqueue_on_commit(call)
 
 
 def send_email(*, subject: str, body: str, recipients: Sequence[str], thread_id: Any = "") -> None:
     """Send an e-mail (Django's mail settings) off this thread, with a deadline per
-    attempt, retries and a record of each attempt. Never raises."""
+    attempt, retries and a record of each attempt. Inside a transaction, the call is
+    queued when it commits (never, if it rolls back). Never raises."""
     call = _Call(
         kind="email",
         recipients=list(recipients),
@@ -513,7 +519,13 @@ def send_email(*, subject: str, body: str, recipients: Sequence[str], thread_id:
         body=body,
         thread_id=str(thread_id or ""),
     )
-    _enqueue(call)
+    _enqueue_on_commit(call)
+
+
+def _enqueue_on_commit(call: _Call) -> None:
+    # What the caller's transaction records (a notification's once-row and audit event)
+    # and the call it asks for stand or fall together: the call leaves after the commit.
+    transaction.on_commit(lambda: _enqueue(call))
 
 
 def _enqueue(call: _Call, delay: float = 0.0) -> None:
@@ -725,6 +737,30 @@ def _record(
         )
     except Exception:
         logger.exception("could not record the %s call to %s", call.kind, _target(call))
+
+
+def prune_attempts(*, now: datetime | None = None, limit: int = 10000) -> int:
+    """Delete the records of attempts made more than ``CRIOGEN_OUTBOUND_RETENTION_SECONDS``
+    ago (0: keep them all), at most ``limit`` a call, oldest first; returns how many
+    went. Every row is an attempt that ended (delivered, failed, refused, dropped): a
+    call still being retried writes a new row for its next attempt."""
+    from criogen.storage.models import OutboundAttempt
+
+    retention = int(settings.CRIOGEN_OUTBOUND_RETENTION_SECONDS)
+    if retention <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(seconds=retention)
+    # By the created_at index, in bounded batches: a backlog of months is deleted over
+    # several sweeps rather than in one long statement.
+    old = list(
+        OutboundAttempt.objects.filter(created_at__lt=cutoff)
+        .order_by("created_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    if not old:
+        return 0
+    deleted, _ = OutboundAttempt.objects.filter(pk__in=old).delete()
+    return deleted
 
 
 def deliver_data(data: dict[str, Any]) -> float | None:

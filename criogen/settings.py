@@ -376,6 +376,9 @@ CRIOGEN_OUTBOUND_BACKOFF_SECONDS = envfloat("CRIOGEN_OUTBOUND_BACKOFF_SECONDS", 
 # The in-process sender: its threads, and how many calls may wait for them.
 CRIOGEN_OUTBOUND_WORKERS = envint("CRIOGEN_OUTBOUND_WORKERS", 4)
 CRIOGEN_OUTBOUND_QUEUE = envint("CRIOGEN_OUTBOUND_QUEUE", 1000)
+# The record of each attempt (OutboundAttempt) is kept this long, then the sweep
+# deletes it (seconds; 0: keep them all).
+CRIOGEN_OUTBOUND_RETENTION_SECONDS = envint("CRIOGEN_OUTBOUND_RETENTION_SECONDS", 7 * 86400)
 # Where the dashboard is served ("https://criogen.example.com"): notifications link to
 # thread pages with it (unset: the links are paths).
 CRIOGEN_PUBLIC_URL = envstr("CRIOGEN_PUBLIC_URL")

@@ -39,12 +39,13 @@ def reap_expired_task() -> dict[str, list[str]]:
 
 @shared_task(name="criogen.tasks.sweep_threads_task", ignore_result=True)
 def sweep_threads_task() -> dict[str, int]:
-    """Apply the TTL policy of expired threads and delete old resumable-stream logs
-    (Celery beat)."""
+    """Apply the TTL policy of expired threads and delete old resumable-stream logs and
+    outbound attempt records (Celery beat)."""
+    from criogen.outbound import prune_attempts
     from criogen.services.streams import prune_streams
     from criogen.services.threads import sweep_threads
 
-    return {**sweep_threads(), "streams": prune_streams()}
+    return {**sweep_threads(), "streams": prune_streams(), "outbound": prune_attempts()}
 
 
 @shared_task(name="criogen.tasks.fire_deadlines_task", ignore_result=True)

@@ -278,6 +278,38 @@ def fresh_postgres(prefix: str = "criogen_srv") -> Any:
     return made()
 
 
+def run_module_on_postgresql(path: str, env: dict[str, str]) -> Any:
+    """Run the test module ``path`` in a pytest of its own whose database is a fresh
+    PostgreSQL one (``env`` added to the environment: the module's way to know it is
+    the inner run); the completed process. Its test database (``test_<name>``, which
+    pytest-django reuses) is a copy of the session's migrated template, so the inner
+    run does not migrate from zero, and is dropped afterwards."""
+    import os
+    import subprocess
+    import sys
+
+    import psycopg
+
+    from tests.conftest import PG_HOST
+
+    with fresh_postgres("criogen_inner") as url:
+        name = url.rsplit("/", 1)[1]
+        with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "test_{name}" TEMPLATE "{name}"')
+        try:
+            return subprocess.run(  # noqa: S603 - our own interpreter and a test file
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--reuse-db"]
+                + ["-x", path],
+                env={**os.environ, "DATABASE_URL": url, "PYTHONDONTWRITEBYTECODE": "1", **env},
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+        finally:
+            _drop(f"test_{name}")
+
+
 def _drop(name: str) -> None:
     import psycopg
 

@@ -7,10 +7,10 @@ schema, when the schema accepts it. The check runs where every door passes (the
 thread's ``check_answer``, called before a run is created, and ``resume``), so a value
 the step does not take is refused by name instead of taking another branch.
 
-The schema is checked with this module's subset of JSON Schema, the one the dashboard
-renders as a form: ``type`` (string, number, integer, boolean, object, array, null, or a
+The schema is checked by :mod:`criogen.engine.json_schema` (the checker of tool
+arguments too), strictly, within the subset the dashboard renders as a form: ``type`` (string, number, integer, boolean, object, array, null, or a
 list of them), ``enum``, ``const``, ``properties``, ``required``,
-``additionalProperties: false``, ``items``, ``minLength`` / ``maxLength``,
+``additionalProperties`` (``false`` or a schema), ``items``, ``minLength`` / ``maxLength``,
 ``minimum`` / ``maximum``, ``title`` and ``description`` (shown, not checked). Other
 keywords are refused when ``suspend()`` is called, so no rule is silently ignored.
 """
@@ -18,11 +18,12 @@ keywords are refused when ``suspend()`` is called, so no rule is silently ignore
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from criogen.engine.errors import InvalidArgument
+from criogen.engine.json_schema import Problem, SchemaProblem, path_text, same
+from criogen.engine.json_schema import check as check_schema
 
 __all__ = [
     "SCHEMA_KEYWORDS",
@@ -102,6 +103,8 @@ def _check_schema(schema: Any, path: str) -> None:
         _check_schema(sub, f"{path}.properties.{name}")
     if "items" in schema:
         _check_schema(schema["items"], f"{path}.items")
+    if isinstance(schema.get("additionalProperties"), Mapping):
+        _check_schema(schema["additionalProperties"], f"{path}.additionalProperties")
 
 
 def check_typed_answers(
@@ -130,7 +133,7 @@ def check_typed_answer(interrupt: Mapping[str, Any], value: Any, field: str) -> 
     if choices is None and schema is None:
         return
     items = choice_items(choices)
-    if any(_same(value, option) for _, option in items):
+    if any(same(value, option) for _, option in items):
         return
     if isinstance(schema, Mapping):
         problem = first_problem(value, schema, field)
@@ -146,82 +149,45 @@ def check_typed_answer(interrupt: Mapping[str, Any], value: Any, field: str) -> 
 
 
 def first_problem(value: Any, schema: Mapping[str, Any], path: str) -> tuple[str, str] | None:
-    """Where ``value`` first breaks ``schema`` and why, or None when it fits."""
-    if "const" in schema and not _same(value, schema["const"]):
-        return path, f"must be {json.dumps(schema['const'])}"
-    if "enum" in schema and not any(_same(value, option) for option in schema["enum"]):
-        options = ", ".join(json.dumps(option, ensure_ascii=False) for option in schema["enum"])
-        return path, f"must be one of {options}"
-    kinds = schema.get("type")
-    kinds = kinds if isinstance(kinds, list) else [kinds] if kinds is not None else []
-    if (
-        kinds
-        and _json_type(value) not in kinds
-        and not ("number" in kinds and _json_type(value) == "integer")
-    ):
-        return path, f"must be {' or '.join(_article(k) for k in kinds)}"
-    if isinstance(value, str):
-        if len(value) < schema.get("minLength", 0):
-            if schema["minLength"] == 1:
-                return path, "must not be empty"
-            return path, f"must have at least {schema['minLength']} characters"
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            return path, f"must have at most {schema['maxLength']} characters"
-    if _json_type(value) in ("integer", "number"):
-        if not math.isfinite(value):
-            return path, "must be a finite number"
-        if "minimum" in schema and value < schema["minimum"]:
-            return path, f"must be at least {schema['minimum']}"
-        if "maximum" in schema and value > schema["maximum"]:
-            return path, f"must be at most {schema['maximum']}"
-    if isinstance(value, Mapping):
-        properties = schema.get("properties") or {}
-        for name in schema.get("required") or []:
-            if name not in value:
-                return f"{path}.{name}", "is required"
-        for name, item in value.items():
-            if name in properties:
-                problem = first_problem(item, properties[name], f"{path}.{name}")
-                if problem:
-                    return problem
-            elif schema.get("additionalProperties") is False:
-                known = ", ".join(properties) or "none"
-                return f"{path}.{name}", f"is not expected (expected: {known})"
-    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        for index, item in enumerate(value):
-            problem = first_problem(item, schema["items"], f"{path}[{index}]")
-            if problem:
-                return problem
+    """Where ``value`` first breaks ``schema`` and why (``path`` names the value, e.g.
+    ``command.resume``), or None when it fits. Strict: ``"5"`` is no number here."""
+    try:
+        check_schema(schema, value)
+    except SchemaProblem as exc:
+        problem = exc.problem
+        return path_text(path, problem.path), _wording(problem)
     return None
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "integer" if value.is_integer() else "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
+def _wording(problem: Problem) -> str:
+    """What is wrong, for the person answering (the form shows it by the field)."""
+    schema = problem.schema
+    if problem.kind == "enum":
+        options = ", ".join(json.dumps(option, ensure_ascii=False) for option in schema["enum"])
+        return f"must be one of {options}"
+    if problem.kind == "type":
+        kinds = schema.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        return f"must be {' or '.join(_article(str(k)) for k in kinds)}"
+    if problem.kind == "min_length" and schema["minLength"] == 1:
+        return "must not be empty"
+    if problem.kind == "unexpected":
+        known = ", ".join(schema.get("properties") or {}) or "none"
+        return f"is not expected (expected: {known})"
+    words = _WORDS.get(problem.kind, "is not a valid answer")  # (a non-string key: not JSON)
+    return words.format(**{key: json.dumps(value) for key, value in schema.items()})
 
 
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality: ``True`` is not ``1``, ``1`` is ``1.0``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
+_WORDS = {
+    "const": "must be {const}",
+    "min_length": "must have at least {minLength} characters",
+    "max_length": "must have at most {maxLength} characters",
+    "finite": "must be a finite number",
+    "minimum": "must be at least {minimum}",
+    "maximum": "must be at most {maximum}",
+    "required": "is required",
+}
+"""The wording of the problems whose words only take the schema's own values."""
 
 
 def _article(kind: str) -> str:

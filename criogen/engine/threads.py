@@ -85,7 +85,8 @@ def check_state_size(storage: Storage, thread_id: str, state: Mapping[str, Any])
 
 
 ANSWER_ACTIONS = ("resume", "decide", "approve", "reject", "respond", "resolve", "goto")
-"""The audit actions that answer a suspension."""
+"""The audit actions that answer a suspension (an agent's answers are all ``decide``;
+``approve``, ``reject`` and ``respond`` are in trails written before they were)."""
 
 
 def check_answered(storage: Storage, thread_id: str, expected: str) -> None:

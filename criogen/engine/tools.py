@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 from criogen.engine.checkpoints import CheckpointId, RunId, ThreadId
 from criogen.engine.errors import InvalidTool, InvalidToolCall
+from criogen.engine.json_schema import Problem, SchemaProblem, json_type, path_text
+from criogen.engine.json_schema import check as check_schema
 
 if TYPE_CHECKING:
     from criogen.engine.store import Storage
@@ -300,9 +302,7 @@ class Tool:
             InvalidToolCall: ``args`` is not an object, an argument is missing, unknown or of the
                 wrong type; the message names the argument and is written for the model to read.
         """
-        return typing.cast(
-            "dict[str, Any]", _validate(self.parameters, args, path="", tool=self.name)
-        )
+        return typing.cast("dict[str, Any]", _validate(self.parameters, args, tool=self.name))
 
     def invoke(self, args: object, ctx: ToolContext | None = None) -> Any:
         """Validate ``args``, call the tool and return its JSON result.
@@ -619,27 +619,9 @@ def _jsonable_default(value: object) -> object:
 
 
 def _describe(value: object) -> str:
-    kind = _json_type_name(value)
+    kind = json_type(value)
     text = repr(value)
     return f"{kind} {text if len(text) <= 60 else text[:57] + '...'}"
-
-
-def _json_type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
 
 
 def _fail(tool: str, path: str, problem: str) -> InvalidToolCall:
@@ -652,127 +634,49 @@ def _fail(tool: str, path: str, problem: str) -> InvalidToolCall:
     )
 
 
-def _validate(schema: JSONSchema, value: object, *, path: str, tool: str) -> object:
-    """Return ``value`` cleaned if it matches ``schema`` (the subset ``_schema_for`` emits)."""
-    if "anyOf" in schema:
-        errors: list[InvalidToolCall] = []
-        for arm in schema["anyOf"]:
-            try:
-                return _validate(arm, value, path=path, tool=tool)
-            except InvalidToolCall as exc:
-                errors.append(exc)
-        # When one arm has the value's JSON type (the list in `list[Item] | None`), its error is
-        # the precise one ("items[0].qty is required"), better than "must be X or Y".
-        fitting = [
-            error
-            for arm, error in zip(schema["anyOf"], errors, strict=True)
-            if _type_fits(arm, value)
-        ]
-        if len(fitting) == 1:
-            raise fitting[0]
-        expected = " or ".join(_expected(arm) for arm in schema["anyOf"])
-        raise _fail(tool, path, f"must be {expected}, got {_describe(value)}")
-    if "enum" in schema:
-        # 1 == 1.0 == True in Python: compare JSON types too, so True does not pass for 1.
-        for option in schema["enum"]:
-            if option == value and _json_type_name(option) == _json_type_name(value):
-                return value
-        options = ", ".join(json.dumps(option) for option in schema["enum"])
-        raise _fail(tool, path, f"must be one of {options}, got {_describe(value)}")
-    kind = schema.get("type")
-    if kind is None:
-        return value
-    if kind == "string" and isinstance(value, str):
-        return value
-    if kind in ("integer", "number", "boolean") and isinstance(value, str):
-        # Lenient, as LangChain's tools are (pydantic's lax mode): a string that spells
-        # what the schema asks for is taken as that ("5" for a number, as a person typing
-        # an edit in a text box sends it); anything else is still refused below.
-        value = _from_text(kind, value)
-    if kind == "boolean" and isinstance(value, bool):
-        return value
-    if kind == "null" and value is None:
-        return None
-    if kind == "integer" and not isinstance(value, bool):
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-    if kind == "number" and isinstance(value, int | float) and not isinstance(value, bool):
-        if not math.isfinite(value):
-            raise _fail(tool, path, f"must be a finite number, got {value!r}")
-        return float(value)
-    if kind == "array" and isinstance(value, list | tuple):
-        items = schema.get("items")
-        if items is None:
-            return list(value)
-        return [
-            _validate(items, item, path=f"{path}[{index}]", tool=tool)
-            for index, item in enumerate(value)
-        ]
-    if kind == "object" and isinstance(value, Mapping):
-        return _validate_object(schema, value, path=path, tool=tool)
-    raise _fail(tool, path, f"must be {_expected(schema)}, got {_describe(value)}")
+def _validate(schema: JSONSchema, value: object, *, tool: str) -> object:
+    """Return ``value`` cleaned if it matches ``schema`` (the subset ``_schema_for`` emits).
+
+    Lenient, as LangChain's tools are (pydantic's lax mode): a string that spells what
+    the schema asks for is taken as that ("5" for a number, as a person typing an edit
+    in a text box sends it); anything else is refused, worded for the model to read.
+    """
+    try:
+        return check_schema(schema, value, lenient=True)
+    except SchemaProblem as exc:
+        raise _invalid_call(tool, exc.problem) from None
 
 
-_INTEGER_TEXT = re.compile(r"[+-]?\d+")
-_NUMBER_TEXT = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
-_BOOLEAN_TEXT = {
-    "true": True, "t": True, "yes": True, "y": True, "on": True, "1": True,
-    "false": False, "f": False, "no": False, "n": False, "off": False, "0": False,
-}  # fmt: skip
+def _invalid_call(tool: str, problem: Problem) -> InvalidToolCall:
+    path = path_text("", problem.path)
+    value = problem.value
+    if problem.kind == "required":
+        return _fail(tool, path, "is required but missing")
+    if problem.kind == "unexpected":
+        known = ", ".join(problem.schema.get("properties") or {}) or "none"
+        parent = path_text("", problem.path[:-1])
+        if parent:
+            return _fail(tool, path, f"is not a field of {parent!r} (known: {known})")
+        return _fail(tool, path, f"is not a parameter of this tool (known: {known})")
+    if problem.kind == "key":
+        return _fail(tool, path, f"has a non-string key {value!r}")
+    if problem.kind == "enum":
+        options = ", ".join(json.dumps(option) for option in problem.schema["enum"])
+        return _fail(tool, path, f"must be one of {options}, got {_describe(value)}")
+    if problem.kind == "finite":
+        return _fail(tool, path, f"must be a finite number, got {value!r}")
+    if problem.kind == "type":
+        return _fail(tool, path, f"must be {_expected(problem.schema)}, got {_describe(value)}")
+    # const, lengths, bounds: schemas made from type hints have none; a hand-written one may.
+    rule = {
+        k: problem.schema.get(k)
+        for k in ("const", "minLength", "maxLength", "minimum", "maximum")
+        if k in problem.schema
+    }
+    return _fail(tool, path, f"does not fit {json.dumps(rule)}, got {_describe(value)}")
 
 
-def _from_text(kind: str, text: str) -> object:
-    """``text`` as the JSON type ``kind`` when it spells one, else ``text`` unchanged."""
-    word = text.strip()
-    if kind == "integer" and _INTEGER_TEXT.fullmatch(word):
-        return int(word)
-    if kind == "number" and _NUMBER_TEXT.fullmatch(word):
-        number = float(word)
-        return number if math.isfinite(number) else text
-    if kind == "boolean" and word.lower() in _BOOLEAN_TEXT:
-        return _BOOLEAN_TEXT[word.lower()]
-    return text
-
-
-def _validate_object(
-    schema: JSONSchema, value: Mapping[Any, Any], *, path: str, tool: str
-) -> dict[str, Any]:
-    properties: dict[str, JSONSchema] = schema.get("properties", {})
-    extra = schema.get("additionalProperties", True)
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if not isinstance(key, str):
-            raise _fail(tool, path, f"has a non-string key {key!r}")
-        child = f"{path}.{key}" if path else key
-        if key in properties:
-            out[key] = _validate(properties[key], item, path=child, tool=tool)
-        elif extra is False:
-            known = ", ".join(properties) or "none"
-            problem = f"is not a parameter of this tool (known: {known})"
-            if path:
-                problem = f"is not a field of {path!r} (known: {known})"
-            raise _fail(tool, child, problem)
-        elif isinstance(extra, dict):
-            out[key] = _validate(extra, item, path=child, tool=tool)
-        else:
-            out[key] = item
-    for key in schema.get("required", []):
-        if key not in value:
-            child = f"{path}.{key}" if path else key
-            raise _fail(tool, child, "is required but missing")
-    return out
-
-
-def _type_fits(schema: JSONSchema, value: object) -> bool:
-    """True when ``value`` has the JSON type ``schema`` declares (ignoring everything else)."""
-    kind = schema.get("type")
-    actual = _json_type_name(value)
-    return kind == actual or (kind == "number" and actual == "integer")
-
-
-def _expected(schema: JSONSchema) -> str:
+def _expected(schema: Mapping[str, Any]) -> str:
     if "anyOf" in schema:
         return " or ".join(_expected(arm) for arm in schema["anyOf"])
     if "enum" in schema:
@@ -808,8 +712,8 @@ def _to_python(hint: Any, value: Any) -> Any:
         # The first arm the value validates against wins, the same order the schema lists them.
         for arm in args:
             try:
-                _validate(_schema_for(arm), value, path="", tool="")
-            except InvalidToolCall:
+                check_schema(_schema_for(arm), value, lenient=True)
+            except SchemaProblem:
                 continue
             return _to_python(arm, value)
     return value

@@ -139,6 +139,7 @@ def start_background() -> None:
 
 
 def _tick(period: float) -> None:
+    from criogen.outbound import prune_attempts
     from criogen.services.deadlines import fire_deadlines
     from criogen.services.streams import prune_streams
     from criogen.services.threads import sweep_threads
@@ -153,6 +154,7 @@ def _tick(period: float) -> None:
                 last_sweep = time.monotonic()
                 sweep_threads()
                 prune_streams()  # resumable-stream logs past CRIOGEN_STREAM_RETENTION_SECONDS
+                prune_attempts()  # outbound records past CRIOGEN_OUTBOUND_RETENTION_SECONDS
                 fire_deadlines()
         except _CONNECTION_LOST as exc:
             # Its connection broke (killed while idle): the next round opens a new one.

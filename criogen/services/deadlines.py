@@ -19,7 +19,14 @@ in a workflow node; an agent puts the same keys on its approval interrupt):
 :class:`~criogen.storage.models.DeadlineFiring` row it inserts (unique per suspension
 and kind) commits in the same transaction as the resume run or the failure checkpoint,
 so a crash during the firing leaves neither and the next sweep fires it again. The
-default is an audited decision by ``system``.
+default is an audited decision by ``system``. A reminder's once-row, its
+``deadline_reminder`` audit event and the queueing of its calls commit together too.
+
+When a suspension someone claimed passes its deadline (whatever its default), the
+assistant's notification channels are told it is overdue, naming the holder, before the
+default applies (:func:`~criogen.services.notifications.notify_overdue`); a claimed
+suspension without a deadline is overdue ``metadata.notify.claimed_overdue_seconds``
+after its claim when the assistant sets it, never otherwise.
 """
 
 from __future__ import annotations
@@ -40,8 +47,13 @@ from criogen.engine.checkpoints import new_id
 from criogen.engine.errors import CriogenError
 from criogen.engine.store import AuditRecord
 from criogen.registry import storage
-from criogen.services.notifications import notify_reminder
-from criogen.storage.models import DeadlineFiring, Run, Thread
+from criogen.services.notifications import (
+    claimed_overdue_seconds,
+    fire_once,
+    notify_overdue,
+    notify_reminder,
+)
+from criogen.storage.models import Claim, DeadlineFiring, Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 
 __all__ = ["fire_deadlines", "parse_when"]
@@ -77,8 +89,10 @@ def parse_when(value: Any, base: datetime) -> datetime | None:
 def fire_deadlines(*, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
     """Apply the due defaults and send the due reminders of suspended threads.
 
-    Threads with a pending or running run are skipped (a decision is on its way).
-    Returns ``{"defaults": n, "reminders": m}``.
+    A claimed suspension past its deadline is also told to the assistant's notification
+    channels, once (:func:`~criogen.services.notifications.notify_overdue`). Threads
+    with a pending or running run are skipped (a decision is on its way). Returns
+    ``{"defaults": n, "reminders": m, "overdue": k}``.
     """
     now = now or timezone.now()
     active = Run.objects.filter(thread_id=OuterRef("pk"), status__in=ACTIVE_RUN_STATUSES)
@@ -88,8 +102,13 @@ def fire_deadlines(*, now: datetime | None = None, limit: int = 500) -> dict[str
         .order_by("updated_at")
         .values_list("pk", flat=True)[:limit]
     )
-    counts = {"defaults": 0, "reminders": 0}
-    for thread_id in list(suspended):
+    ids = list(suspended)
+    # One query for the claims of the whole batch (a claim counts on its head version).
+    claims = {
+        c.thread_id: c for c in Claim.objects.select_related("user").filter(thread_id__in=ids)
+    }
+    counts = {"defaults": 0, "reminders": 0, "overdue": 0}
+    for thread_id in ids:
         try:
             head = storage().head(thread_id)
         except CriogenError:
@@ -97,18 +116,45 @@ def fire_deadlines(*, now: datetime | None = None, limit: int = 500) -> dict[str
             continue
         if head is None or head.status != "suspended":
             continue
+        claim = claims.get(thread_id)
+        if claim is not None and claim.version != head.version:
+            claim = None
         due = []
         for interrupt in head.interrupts:
             remind_at = parse_when(interrupt.get("remind"), head.created_at)
             if remind_at is not None and remind_at <= now and _remind(head, interrupt):
                 counts["reminders"] += 1
             deadline = parse_when(interrupt.get("deadline"), head.created_at)
-            outcome = interrupt.get("default")
-            if deadline is not None and deadline <= now and outcome not in (None, "wait"):
+            if deadline is None or deadline > now:
+                continue
+            # Told before the default applies: applying it moves the head, ending the claim.
+            if claim is not None and notify_overdue(head, interrupt, claim, due=deadline):
+                counts["overdue"] += 1
+            if interrupt.get("default") not in (None, "wait"):
                 due.append(interrupt)
+        if claim is not None and _overdue_without_deadline(head, claim, now):
+            counts["overdue"] += 1
         if due and _apply_defaults(head, due):
             counts["defaults"] += 1
     return counts
+
+
+def _overdue_without_deadline(head: Any, claim: Claim, now: datetime) -> bool:
+    """A claimed suspension that declares no deadline is overdue
+    ``metadata.notify.claimed_overdue_seconds`` after its claim, when the assistant
+    sets it (never otherwise)."""
+    if any(i.get("deadline") is not None for i in head.interrupts):
+        return False
+    run = (
+        Run.objects.select_related("assistant").filter(pk=head.run_id).first()
+        if _is_uuid(head.run_id)
+        else None
+    )
+    seconds = claimed_overdue_seconds(run.assistant) if run is not None else None
+    if seconds is None:
+        return False
+    due = claim.since + timedelta(seconds=seconds)
+    return due <= now and notify_overdue(head, None, claim, due=due)
 
 
 # -- default outcomes --------------------------------------------------------------------
@@ -219,17 +265,6 @@ def _fail_suspension(head: Any, interrupt: dict[str, Any]) -> None:
 
 
 def _remind(head: Any, interrupt: dict[str, Any]) -> bool:
-    try:
-        with transaction.atomic():
-            DeadlineFiring.objects.create(
-                thread_id=head.thread_id,
-                checkpoint_id=head.id,
-                interrupt_id=str(interrupt["id"]),
-                kind="reminder",
-            )
-    except IntegrityError:
-        return False  # already reminded
-    # Sent after the row commits: a reminder may be lost in a crash, never repeated.
     deadline = interrupt.get("deadline")
     subject = f"Waiting for a decision: {interrupt.get('reason') or 'approval'} ({head.thread_id})"
     body = (
@@ -237,20 +272,25 @@ def _remind(head: Any, interrupt: dict[str, Any]) -> bool:
         f"for: {interrupt.get('reason')}.\n"
         + (f"Deadline: {deadline} (then: {interrupt.get('default')}).\n" if deadline else "")
     )
-    recipients = _operator_emails()
-    if recipients:
-        # Sent by the outbound sender, off the sweep's thread, with retries and records.
-        outbound.send_email(
-            subject=subject, body=body, recipients=recipients, thread_id=head.thread_id
+    # One transaction: the once-row, the audit event and the calls' enqueueing stand or
+    # fall together. The calls leave after the commit: a reminder may be lost in a crash
+    # then, never repeated.
+    with transaction.atomic():
+        if not fire_once(head, str(interrupt["id"]), "reminder"):
+            return False  # already reminded
+        storage().record_audit(
+            "deadline_reminder",
+            thread_id=head.thread_id,
+            actor=SYSTEM,
+            details={"checkpoint_id": head.id, "interrupt_id": str(interrupt["id"])},
         )
-    _post_webhook(head, interrupt, subject)
-    notify_reminder(head, interrupt, subject, body)  # the assistant's metadata.notify
-    storage().record_audit(
-        "deadline_reminder",
-        thread_id=head.thread_id,
-        actor=SYSTEM,
-        details={"checkpoint_id": head.id, "interrupt_id": str(interrupt["id"])},
-    )
+        recipients = _operator_emails()
+        if recipients:
+            outbound.send_email(
+                subject=subject, body=body, recipients=recipients, thread_id=head.thread_id
+            )
+        _post_webhook(head, interrupt, subject)
+        notify_reminder(head, interrupt, subject, body)  # the assistant's metadata.notify
     return True
 
 

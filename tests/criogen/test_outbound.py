@@ -7,7 +7,9 @@ resolvers, and the listeners are on loopback addresses the test allows explicitl
 
 from __future__ import annotations
 
+import io
 import ipaddress
+import json
 import os
 import socket
 import subprocess
@@ -524,3 +526,63 @@ def test_a_process_exits_within_a_deadline_however_many_calls_wait(tmp_path: Pat
     # sent one after the other (that would take 19 deadlines).
     assert took < 2 + 3, took
     assert slow.accepted == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_made_in_a_transaction_leaves_on_commit_and_never_on_rollback(
+    settings: Any, listener: Listener
+) -> None:
+    settings.CRIOGEN_OUTBOUND_ALLOW = ["127.0.0.1"]
+    url = f"http://127.0.0.1:{listener.port}/h"
+
+    class Rollback(Exception):
+        pass
+
+    with pytest.raises(Rollback), transaction.atomic():
+        outbound.send_webhook(kind="run", url=url, payload={"n": 1}, run_id="r-rolled-back")
+        raise Rollback
+    with transaction.atomic():
+        outbound.send_webhook(kind="run", url=url, payload={"n": 2}, run_id="r-committed")
+        assert outbound.drain(timeout=30)  # nothing queued before the commit
+        assert listener.received == []
+    assert outbound.drain(timeout=30)
+
+    assert [h["body"] for h in listener.received] == [{"n": 2}]
+    assert not attempts(run_id="r-rolled-back")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sweep_deletes_attempt_records_past_their_retention(settings: Any) -> None:
+    from django.core.management import call_command
+
+    now = timezone.now()
+    mine = f"prune-{time.monotonic_ns()}"
+
+    def record(age: int, outcome: str) -> None:
+        OutboundAttempt.objects.create(
+            kind="run",
+            target="https://hooks.example.com/h",
+            outcome=outcome,
+            thread_id=mine,
+            created_at=now - timedelta(seconds=age),
+        )
+
+    def left() -> list[str]:
+        rows = OutboundAttempt.objects.filter(thread_id=mine).order_by("created_at")
+        return [r.outcome for r in rows]
+
+    for age, outcome in [(7200, "delivered"), (5000, "failed"), (3000, "delivered")]:
+        record(age, outcome)
+    settings.CRIOGEN_OUTBOUND_RETENTION_SECONDS = 0  # 0: keep them all
+    assert outbound.prune_attempts(now=now) == 0
+    assert left() == ["delivered", "failed", "delivered"]
+
+    settings.CRIOGEN_OUTBOUND_RETENTION_SECONDS = 3600
+    assert outbound.prune_attempts(now=now) >= 2
+    assert left() == ["delivered"]  # younger than the retention: kept
+
+    record(4000, "refused")  # the periodic sweep (and criogen_sweep) prunes them too
+    out = io.StringIO()
+    call_command("criogen_sweep", "--no-reap", "--no-deadlines", stdout=out)
+    assert json.loads(out.getvalue())["outbound"] >= 1
+    assert left() == ["delivered"]

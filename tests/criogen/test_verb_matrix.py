@@ -36,6 +36,9 @@ set TTL                       yes     yes      —       —         —
 create thread                 yes     yes      —       —         —
 ============================  ======  =======  ======  ========  ======
 
+An answer to an agent's approval is audited as ``decide`` from every door and verb
+(``approve()``, ``reject()``, ``respond()`` included), the decisions in its details.
+
 A dash is a door that does not offer the verb: the REST API has no rewind or retry (a
 run from an earlier ``checkpoint_id`` is a new run, not the rewind verb), the dashboard
 answers, rewinds and retries only, the deadline service applies a suspension's default
@@ -53,8 +56,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -287,7 +288,7 @@ def test_resume_a_workflow(door: str, doors: Doors, suspended_workflow: Any) -> 
     elif door == "ui":
         assert "already" in call().lower()
     else:
-        assert call() == {"defaults": 0, "reminders": 0}
+        assert call() == {"defaults": 0, "reminders": 0, "overdue": 0}
     settle()
     assert Tally.now() == after
 
@@ -380,8 +381,12 @@ def test_answer_an_agent(door: str, decision: str, doors: Doors, waiting_agent: 
         assert any(TOOL_SAYS[decision] in s for s in said), said
     assert head_of(tid).status == "completed"
     events = before.events_since()
-    assert [(actor, d) for _, actor, d in events] == [(ACTORS[door], door)], events
-    assert events[0][0] in runs.ANSWERS, events
+    # One verb for one action: every door audits an answer to an approval as "decide",
+    # with the decision it recorded in the event's details.
+    assert events == [("decide", ACTORS[door], door)], events
+    (event,) = [e for e in registry.storage().audit_events(thread_id=tid) if e.action == "decide"]
+    recorded = event.details["decisions"]
+    assert [d["type"] for d in recorded] == ["reject" if door == "deadline" else decision]
 
     after = Tally.now()
     if door == "python":
@@ -391,7 +396,7 @@ def test_answer_an_agent(door: str, decision: str, doors: Doors, waiting_agent: 
     elif door == "ui":
         assert "already" in call().lower()
     else:
-        assert call() == {"defaults": 0, "reminders": 0}
+        assert call() == {"defaults": 0, "reminders": 0, "overdue": 0}
     settle()
     assert Tally.now() == after
 
@@ -723,35 +728,8 @@ def test_the_database_is_the_one_asked_for() -> None:
 @pytest.mark.postgres
 @pytest.mark.skipif(BACKEND != "sqlite", reason="the inner run itself")
 def test_the_matrix_on_postgresql() -> None:
-    """This module in a pytest of its own whose database is PostgreSQL. Its test
-    database (``test_<name>``, which pytest-django reuses) is a copy of the session's
-    migrated template, so the inner run does not migrate from zero."""
-    from tests.servers import _drop, fresh_postgres
+    """This module in a pytest of its own whose database is PostgreSQL."""
+    from tests.servers import run_module_on_postgresql
 
-    with fresh_postgres("criogen_matrix") as url:
-        name = url.rsplit("/", 1)[1]
-        import psycopg
-
-        from tests.conftest import PG_HOST
-
-        with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "test_{name}" TEMPLATE "{name}"')
-        env = {
-            **os.environ,
-            "DATABASE_URL": url,
-            "CRIOGEN_VERB_MATRIX_BACKEND": "postgresql",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        try:
-            done = subprocess.run(  # noqa: S603 - our own interpreter and this test file
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--reuse-db"]
-                + ["-x", __file__],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-        finally:
-            _drop(f"test_{name}")
+    done = run_module_on_postgresql(__file__, {"CRIOGEN_VERB_MATRIX_BACKEND": "postgresql"})
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]

@@ -277,8 +277,12 @@ class ApprovalTurn(TurnBase):
 
     # -- answering --------------------------------------------------------------------------
 
-    def start_decisions(self, build: DecisionsBuilder, action: str, version: int | None) -> Reply:
-        """Answer the pending suspension with ``build``'s decisions and run on."""
+    def start_decisions(self, build: DecisionsBuilder, version: int | None) -> Reply:
+        """Answer the pending suspension with ``build``'s decisions and run on.
+
+        Audited as ``decide`` whichever verb or door asked (``approve()``, ``reject()``,
+        ``respond()``, ``resume()``, ``decide()``, the API, the dashboard, a deadline):
+        one name for one action, the decisions themselves in the event's details."""
         tid = self.thread.id
         seen: Checkpoint | None = self.storage.head(tid)
         if seen is None or seen.status != "suspended":
@@ -328,7 +332,7 @@ class ApprovalTurn(TurnBase):
             ]
             metadata = {**self.metadata, "actor": self.by, "decisions": summary}
             audit = self.thread._audit_event(
-                action,
+                "decide",
                 by=self.by,
                 door=self.door,
                 details={"version": head.version, "reason": reason, "decisions": summary},

@@ -172,7 +172,7 @@ class AgentThread(ThreadBase):
         InvalidArgument (nothing decided).
         """
         build, version = parse_answer(value, version, self.id)
-        return Turn(self, options, None, by).start_decisions(build, "decide", version)
+        return Turn(self, options, None, by).start_decisions(build, version)
 
     def check_answer(self, value: Any) -> None:
         """Check ``value`` as :meth:`resume` would against the suspension pending now —
@@ -192,7 +192,7 @@ class AgentThread(ThreadBase):
     ) -> Reply:
         """Approve every pending call: they run, and the agent continues."""
         return Turn(self, options, None, by).start_decisions(
-            lambda calls: {c.id: Decision("approve") for c in calls}, "approve", version
+            lambda calls: {c.id: Decision("approve") for c in calls}, version
         )
 
     def reject(
@@ -209,7 +209,6 @@ class AgentThread(ThreadBase):
             raise InvalidArgument("reason must be a string.", field="reason")
         return Turn(self, options, None, by).start_decisions(
             lambda calls: {c.id: Decision("reject", message=reason) for c in calls},
-            "reject",
             version,
         )
 
@@ -221,7 +220,6 @@ class AgentThread(ThreadBase):
             raise InvalidArgument("respond() needs a non-empty text.", field="text")
         return Turn(self, options, None, by).start_decisions(
             lambda calls: {c.id: Decision("respond", message=text) for c in calls},
-            "respond",
             version,
         )
 
@@ -256,7 +254,7 @@ class AgentThread(ThreadBase):
                 for cid, raw in decisions.items()
             }
 
-        return Turn(self, options, None, by).start_decisions(build, "decide", version)
+        return Turn(self, options, None, by).start_decisions(build, version)
 
     def goto(
         self,

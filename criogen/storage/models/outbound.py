@@ -9,7 +9,7 @@ OUTBOUND_KINDS = [
     ("run", "run webhook"),
     ("cron", "cron run webhook"),
     ("reminder", "deadline reminder webhook"),
-    ("notify", "suspension notification webhook"),
+    ("notify", "notification webhook (suspension, reminder, overdue)"),
     ("email", "reminder or notification e-mail"),
 ]
 OUTBOUND_OUTCOMES = [

@@ -198,7 +198,8 @@ class Run(models.Model):
 
 
 class DeadlineFiring(models.Model):
-    """A suspension's reminder, default outcome or notification, fired once.
+    """A suspension's reminder, default outcome or notification (of the suspension, or
+    of its claim's being overdue), fired once.
 
     The unique constraint is the "once": the row is inserted in the same transaction
     as the resume run (or the failure) it records, so a crash in the middle leaves
@@ -214,6 +215,7 @@ class DeadlineFiring(models.Model):
             ("reminder", "reminder"),
             ("default", "default outcome"),
             ("notify", "notification of the suspension"),
+            ("overdue", "notification of a claimed suspension past its deadline"),
         ],
     )
     outcome = models.JSONField(null=True, blank=True, help_text="the default applied")

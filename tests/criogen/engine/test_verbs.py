@@ -123,9 +123,11 @@ def test_approving_an_agent_twice_is_already_decided(audited: Storage, thread_id
         audited,
         thread,
         lambda seen: thread.approve(by="dave", expected=seen),
-        "approve",
+        "decide",  # one name for an answer to an approval, from every verb and door
         refused=AlreadyDecided,
     )
+    (event,) = [e for e in audited.audit_events(thread_id=thread_id) if e.action == "decide"]
+    assert [d["type"] for d in event.details["decisions"]] == ["approve"]
 
 
 def test_delete_is_audited_once(audited: Storage, thread_id: str) -> None:

@@ -1,12 +1,16 @@
 """criogen.services.notifications: an assistant's ``metadata.notify`` is told, once, when
-one of its runs leaves the thread suspended: a Slack-compatible webhook (a real loopback
-listener) and an e-mail (Django's locmem backend), through criogen.outbound (retries,
-OutboundAttempt rows), with an audit event. In process on the test database: SQLite,
-or PostgreSQL with ``DATABASE_URL=postgres://…`` (the API test, tests/api/
-test_notifications.py, runs on both)."""
+one of its runs leaves the thread suspended, and when a claimed suspension waits past
+its deadline: a Slack-compatible webhook (a real loopback listener) and an e-mail
+(Django's locmem backend), through criogen.outbound (retries, OutboundAttempt rows),
+with an audit event committed together with the once-row. In process on the test
+database: SQLite, and PostgreSQL through :func:`test_this_module_on_postgresql` (this
+module again, in a pytest of its own whose database is PostgreSQL; the API test,
+tests/api/test_notifications.py, runs on both too)."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -14,6 +18,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core import mail
+from django.db import connection
 from django.utils import timezone
 
 from criogen import outbound, registry, runner
@@ -23,10 +28,13 @@ from criogen.services.claims import claim_thread
 from criogen.services.deadlines import fire_deadlines
 from criogen.services.notifications import notify_suspension
 from criogen.services.runs import create_run, wait_run
-from criogen.storage.models import DeadlineFiring, OutboundAttempt, Run
+from criogen.storage.models import Claim, DeadlineFiring, OutboundAttempt, Run
 from tests.listeners import Listener
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("inprocess_runner")]
+
+INNER = "CRIOGEN_NOTIFICATIONS_ON_POSTGRESQL"
+"""Set in the inner run of this module on PostgreSQL."""
 
 
 @pytest.fixture(autouse=True)
@@ -164,8 +172,8 @@ def test_a_reminder_also_reaches_the_assistants_channels(
     claim_thread(thread_id, by=holder, door="ui")
     later = timezone.now() + timedelta(hours=2)
 
-    assert fire_deadlines(now=later) == {"defaults": 0, "reminders": 1}
-    assert fire_deadlines(now=later) == {"defaults": 0, "reminders": 0}
+    assert fire_deadlines(now=later) == {"defaults": 0, "reminders": 1, "overdue": 0}
+    assert fire_deadlines(now=later) == {"defaults": 0, "reminders": 0, "overdue": 0}
     assert outbound.drain(timeout=30)
 
     assert [r["body"]["event"] for r in listener.received] == ["suspension", "reminder"]
@@ -194,6 +202,9 @@ def test_a_reminder_also_reaches_the_assistants_channels(
         ({"email": "not an address"}, "metadata.notify.email"),
         ({"email": ["ops@example.com", 7]}, "metadata.notify.email"),
         ({"email": {"to": "ops@example.com"}}, "metadata.notify.email"),
+        ({"claimed_overdue_seconds": 0}, "metadata.notify.claimed_overdue_seconds"),
+        ({"claimed_overdue_seconds": "1h"}, "metadata.notify.claimed_overdue_seconds"),
+        ({"claimed_overdue_seconds": True}, "metadata.notify.claimed_overdue_seconds"),
     ],
 )
 def test_a_bad_notify_setting_is_refused_naming_the_field(notify: Any, field: str) -> None:
@@ -236,3 +247,230 @@ def test_the_link_is_the_dashboards_thread_page_for_any_thread_id() -> None:
         assert thread_url("team/a b") == "/ui/threads/team~2Fa%20b/"
     with override_settings(CRIOGEN_PUBLIC_URL="https://criogen.example.com/"):
         assert thread_url("t-1") == "https://criogen.example.com/ui/threads/t-1/"
+
+
+# -- one transaction: the once-row, the audit event, the calls ------------------------------
+
+
+class RefusedAuditInsert:
+    """A database trigger that makes the insert of one thread's ``action`` audit event
+    fail: a real failure between the once-row and the audit event, on SQLite and
+    PostgreSQL alike."""
+
+    def __init__(self, thread_id: str, action: str = "notify") -> None:
+        self.name = f"refuse_{action}_{uuid.uuid4().hex[:12]}"
+        self.when = f"NEW.action = '{action}' AND NEW.thread_id = '{thread_id}'"
+
+    def __enter__(self) -> RefusedAuditInsert:
+        when = self.when
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    f"CREATE FUNCTION {self.name}() RETURNS trigger AS $$ BEGIN "
+                    f"IF {when} THEN RAISE EXCEPTION 'injected failure'; END IF; "
+                    "RETURN NEW; END $$ LANGUAGE plpgsql"
+                )
+                cursor.execute(
+                    f"CREATE TRIGGER {self.name} BEFORE INSERT ON criogen_audit_event "
+                    f"FOR EACH ROW EXECUTE FUNCTION {self.name}()"
+                )
+            else:
+                cursor.execute(
+                    f"CREATE TRIGGER {self.name} BEFORE INSERT ON criogen_audit_event "
+                    f"WHEN {when} BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+                )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(f"DROP TRIGGER {self.name} ON criogen_audit_event")
+                cursor.execute(f"DROP FUNCTION {self.name}()")
+            else:
+                cursor.execute(f"DROP TRIGGER {self.name}")
+
+
+def test_a_failure_before_the_audit_event_records_nothing_and_the_retry_notifies_once(
+    thread_id: str, listener: Listener, audit: None
+) -> None:
+    """Before, the once-row committed on its own: a failure at the audit event left the
+    suspension marked as notified, unaudited, and nothing was ever sent."""
+    url = f"http://127.0.0.1:{listener.port}/hook"
+    assistant = create_assistant(
+        graph_id="deadlines", metadata={"notify": {"webhook": url, "email": "ops@example.com"}}
+    )
+    with RefusedAuditInsert(thread_id):
+        run = suspend(thread_id, str(assistant.assistant_id))  # the runner's notify fails
+
+    assert not DeadlineFiring.objects.filter(thread_id=thread_id).exists()
+    assert "notify" not in [e.action for e in registry.storage().audit_events(thread_id=thread_id)]
+    assert listener.received == [] and mail.outbox == []
+    assert not OutboundAttempt.objects.filter(thread_id=thread_id).exists()
+
+    # The next try (another worker, a retried hook) notifies, once.
+    assert notify_suspension(run.pk) is True
+    assert notify_suspension(run.pk) is False
+    assert outbound.drain(timeout=30)
+    assert [r["body"]["event"] for r in listener.received] == ["suspension"]
+    assert [m.to for m in mail.outbox] == [["ops@example.com"]]
+    assert DeadlineFiring.objects.filter(thread_id=thread_id, kind="notify").count() == 1
+    events = registry.storage().audit_events(thread_id=thread_id)
+    assert [e.details["event"] for e in events if e.action == "notify"] == ["suspension"]
+
+
+def test_a_failed_reminder_records_nothing_and_the_next_sweep_sends_it_once(
+    thread_id: str, listener: Listener, audit: None
+) -> None:
+    url = f"http://127.0.0.1:{listener.port}/hook"
+    assistant = create_assistant(graph_id="deadlines", metadata={"notify": {"webhook": url}})
+    suspend(thread_id, str(assistant.assistant_id), remind="1h")
+    later = timezone.now() + timedelta(hours=2)
+    with (
+        RefusedAuditInsert(thread_id, "deadline_reminder"),
+        pytest.raises(Exception, match="injected"),
+    ):
+        fire_deadlines(now=later)
+    assert outbound.drain(timeout=30)
+    assert [r["body"]["event"] for r in listener.received] == ["suspension"]
+    assert not DeadlineFiring.objects.filter(thread_id=thread_id, kind="reminder").exists()
+
+    assert fire_deadlines(now=later) == {"defaults": 0, "reminders": 1, "overdue": 0}
+    assert fire_deadlines(now=later) == {"defaults": 0, "reminders": 0, "overdue": 0}
+    assert outbound.drain(timeout=30)
+    assert [r["body"]["event"] for r in listener.received] == ["suspension", "reminder"]
+
+
+# -- overdue: a claimed suspension past its deadline -------------------------------------------
+
+
+def claimed(thread_id: str, listener: Listener, metadata: dict[str, Any], **options: Any) -> User:
+    url = f"http://127.0.0.1:{listener.port}/hook"
+    notify = {"webhook": url, "email": "ops@example.com", **metadata}
+    assistant = create_assistant(graph_id="deadlines", name="Refunds", metadata={"notify": notify})
+    suspend(thread_id, str(assistant.assistant_id), **options)
+    holder = User.objects.create_user(f"olga-{thread_id[-8:]}", email="olga@example.com")
+    claim_thread(thread_id, by=holder, door="ui")
+    mail.outbox.clear()
+    return holder
+
+
+def test_a_claimed_suspension_past_its_deadline_notifies_once_naming_the_holder(
+    thread_id: str, audit: None
+) -> None:
+    hooks = Listener(statuses=[204, 500])  # the overdue call fails once: retried
+    try:
+        holder = claimed(thread_id, hooks, {}, deadline="24h")
+        name = holder.get_username()
+        before = timezone.now() + timedelta(hours=23)
+        later = timezone.now() + timedelta(hours=25)
+
+        assert fire_deadlines(now=before) == {"defaults": 0, "reminders": 0, "overdue": 0}
+        assert fire_deadlines(now=later) == {"defaults": 0, "reminders": 0, "overdue": 1}
+        assert fire_deadlines(now=later) == {"defaults": 0, "reminders": 0, "overdue": 0}
+        assert outbound.drain(timeout=30)
+        events = [r["body"] for r in hooks.received]
+    finally:
+        hooks.close()
+
+    assert [e["event"] for e in events] == ["suspension", "overdue", "overdue"]
+    overdue = events[1]
+    assert overdue["text"].startswith("Overdue: approve refund (Refunds, thread ")
+    assert f"claimed by {name} since " in overdue["text"]
+    assert (overdue["claimed_by"], overdue["default"], overdue["thread_id"]) == (
+        name,
+        None,
+        thread_id,
+    )
+    assert overdue["claimed_since"] and overdue["due"]
+    assert overdue["interrupts"][0]["deadline"] == "24h"
+    rows = OutboundAttempt.objects.filter(thread_id=thread_id, kind="notify").order_by(
+        "created_at", "attempt"
+    )
+    assert [(r.attempt, r.outcome) for r in rows] == [
+        (1, "delivered"),
+        (1, "failed"),
+        (2, "delivered"),
+    ]
+    (email,) = mail.outbox
+    assert email.to == ["ops@example.com", "olga@example.com"]
+    assert "still waiting" in email.body and f"claimed by {name}" in email.subject
+    (fired,) = DeadlineFiring.objects.filter(thread_id=thread_id, kind="overdue")
+    assert fired.interrupt_id == overdue["interrupts"][0]["id"]
+    (event,) = [
+        e
+        for e in registry.storage().audit_events(thread_id=thread_id)
+        if e.action == "notify" and e.details["event"] == "overdue"
+    ]
+    assert (event.actor, event.details["claimed_by"]) == ("system", name)
+    assert event.details["email"] == ["ops@example.com", "olga@example.com"]
+
+
+def test_an_unclaimed_suspension_past_its_deadline_is_not_overdue(
+    thread_id: str, listener: Listener
+) -> None:
+    url = f"http://127.0.0.1:{listener.port}/hook"
+    assistant = create_assistant(graph_id="deadlines", metadata={"notify": {"webhook": url}})
+    suspend(thread_id, str(assistant.assistant_id), deadline="1h")
+
+    assert fire_deadlines(now=timezone.now() + timedelta(hours=2))["overdue"] == 0
+    assert outbound.drain(timeout=30)
+    assert [r["body"]["event"] for r in listener.received] == ["suspension"]
+
+
+def test_an_overdue_claim_whose_default_applies_says_so_and_the_default_applies(
+    thread_id: str, listener: Listener
+) -> None:
+    claimed(thread_id, listener, {}, deadline="1h", default="reject")
+
+    later = timezone.now() + timedelta(hours=2)
+    assert fire_deadlines(now=later) == {"defaults": 1, "reminders": 0, "overdue": 1}
+    runner.drain(timeout=10)
+    assert outbound.drain(timeout=30)
+
+    overdue = next(r["body"] for r in listener.received if r["body"]["event"] == "overdue")
+    assert overdue["default"] == "reject"
+    assert 'the default "reject" applies now' in mail.outbox[0].body
+    assert registry.get_graph("deadlines").thread(thread_id).state["answer"] == "reject"
+
+
+def test_without_a_deadline_a_claim_is_overdue_after_claimed_overdue_seconds(
+    thread_id: str, listener: Listener
+) -> None:
+    holder = claimed(thread_id, listener, {"claimed_overdue_seconds": 3600})
+    claim = Claim.objects.get(thread_id=thread_id)
+    assert fire_deadlines(now=claim.since + timedelta(minutes=59))["overdue"] == 0
+    assert fire_deadlines(now=claim.since + timedelta(minutes=61))["overdue"] == 1
+    assert fire_deadlines(now=claim.since + timedelta(hours=5))["overdue"] == 0
+    assert outbound.drain(timeout=30)
+
+    events = [r["body"] for r in listener.received]
+    assert [e["event"] for e in events] == ["suspension", "overdue"]
+    assert events[1]["claimed_by"] == holder.get_username()
+    assert events[1]["due"] == (claim.since + timedelta(hours=1)).isoformat()
+    (fired,) = DeadlineFiring.objects.filter(thread_id=thread_id, kind="overdue")
+    assert fired.interrupt_id == ""
+
+
+def test_without_a_deadline_or_the_setting_a_claim_is_never_overdue(
+    thread_id: str, listener: Listener
+) -> None:
+    claimed(thread_id, listener, {})
+
+    assert fire_deadlines(now=timezone.now() + timedelta(days=30))["overdue"] == 0
+    assert outbound.drain(timeout=30)
+    assert [r["body"]["event"] for r in listener.received] == ["suspension"]
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(bool(os.environ.get(INNER)), reason="the inner run itself")
+def test_this_module_on_postgresql() -> None:
+    from tests.servers import run_module_on_postgresql
+
+    done = run_module_on_postgresql(__file__, {INNER: "1"})
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout
+
+
+@pytest.mark.skipif(not os.environ.get(INNER), reason="only the inner run")
+def test_the_inner_run_is_on_postgresql() -> None:
+    assert connection.vendor == "postgresql"

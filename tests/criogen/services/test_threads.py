@@ -97,7 +97,8 @@ def test_the_sweep_command_reaps_and_sweeps_and_prints_json(thread_id: str) -> N
         "reaped": {"requeued": [], "restarted": []},
         "ttl": {"deleted": 1, "pruned": 0},
         "streams": 0,
-        "deadlines": {"defaults": 0, "reminders": 0},
+        "outbound": 0,
+        "deadlines": {"defaults": 0, "reminders": 0, "overdue": 0},
     }
 
 

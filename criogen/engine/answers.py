@@ -27,6 +27,7 @@ from criogen.engine.errors import InvalidArgument
 __all__ = [
     "SCHEMA_KEYWORDS",
     "check_declaration",
+    "check_schema",
     "check_typed_answer",
     "check_typed_answers",
     "choice_items",
@@ -79,29 +80,29 @@ def check_declaration(choices: Any, schema: Any) -> None:
             field="choices",
         )
     if schema is not None:
-        _check_schema(schema, "schema")
+        check_schema(schema, "schema")
 
 
-def _check_schema(schema: Any, path: str) -> None:
+def check_schema(schema: Any, path: str, who: str = "suspend()") -> None:
+    """Refuse a JSON Schema that uses keywords this module does not check; ``who``
+    names the declaration in the message (``suspend()``, ``Workflow(state_schema=...)``)."""
     if not isinstance(schema, Mapping):
-        raise InvalidArgument(f"suspend(): {path} must be a JSON Schema object.", field=path)
+        raise InvalidArgument(f"{who}: {path} must be a JSON Schema object.", field=path)
     unknown = sorted(set(schema) - SCHEMA_KEYWORDS)
     if unknown:
         raise InvalidArgument(
-            f"suspend(): {path} uses {', '.join(unknown)}, which Criogen does not check; "
+            f"{who}: {path} uses {', '.join(unknown)}, which Criogen does not check; "
             f"use only {', '.join(sorted(SCHEMA_KEYWORDS))}.",
             field=path,
         )
     kinds = schema.get("type")
     for kind in kinds if isinstance(kinds, list) else [kinds] if kinds is not None else []:
         if kind not in _TYPES:
-            raise InvalidArgument(
-                f"suspend(): {path}.type {kind!r} is not a JSON type.", field=path
-            )
+            raise InvalidArgument(f"{who}: {path}.type {kind!r} is not a JSON type.", field=path)
     for name, sub in (schema.get("properties") or {}).items():
-        _check_schema(sub, f"{path}.properties.{name}")
+        check_schema(sub, f"{path}.properties.{name}", who)
     if "items" in schema:
-        _check_schema(schema["items"], f"{path}.items")
+        check_schema(schema["items"], f"{path}.items", who)
 
 
 def check_typed_answers(

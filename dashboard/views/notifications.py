@@ -34,6 +34,7 @@ MAX_ASSISTANTS = 500
 
 FIELDS = {"metadata.notify.webhook": "webhook", "metadata.notify.email": "email"}
 """The service's field names → the form's."""
+LABELS = {"webhook": "Webhook URL", "email": "E-mail addresses"}
 
 
 def require_staff(request: HtmxHttpRequest) -> None:
@@ -130,4 +131,7 @@ def _save(request: HtmxHttpRequest, assistant_id: str) -> Any:
         )
     except CriogenError as exc:
         field = str(exc.details.get("field") or "")
-        raise FormError(FIELDS.get(field, field or "assistant"), exc.message) from None
+        name = FIELDS.get(field, field or "assistant")
+        # "metadata.notify.webhook 'x' must start…" → "Webhook URL 'x' must start…"
+        words = LABELS[name] + exc.message[len(field) :] if name in LABELS else exc.message
+        raise FormError(name, words) from None

@@ -30,7 +30,9 @@ def test_staff_set_a_webhook_see_a_bad_url_refused_then_saved(signed_in, dashboa
     card = page.locator(f"#a-{key}")
     webhook = card.get_by_label("Webhook URL")
     expect(webhook).to_have_attribute("aria-invalid", "true")
-    expect(card.locator(".field-error[role=alert]")).to_contain_text("metadata.notify.webhook")
+    expect(card.locator(".field-error[role=alert]")).to_have_text(
+        "Webhook URL 'hooks.example.com/no-scheme' must start with http:// or https://."
+    )
     expect(webhook).to_have_value("hooks.example.com/no-scheme")
     expect(card.get_by_label("E-mail addresses")).to_have_value("ops@example.com")
     webhook.fill("https://hooks.example.com/services/T0/B0/x")

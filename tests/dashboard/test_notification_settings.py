@@ -4,6 +4,7 @@ service (``update_assistant`` → ``check_notify``), the other metadata kept."""
 
 from __future__ import annotations
 
+import html as html_text
 import uuid
 from typing import Any
 
@@ -83,12 +84,12 @@ def test_a_setting_is_saved_through_the_update_service_keeping_other_metadata(
         (
             {"webhook": "ftp://hooks.example.com/x"},
             "webhook",
-            "must start with http:// or https://",
+            "Webhook URL 'ftp://hooks.example.com/x' must start with http:// or https://.",
         ),
         (
             {"webhook": "https://ok.example.com/", "email": "ops@example.com\nnot-an-address"},
             "email",
-            "is not an e-mail address",
+            "E-mail addresses: 'not-an-address' is not an e-mail address.",
         ),
     ],
 )
@@ -101,7 +102,7 @@ def test_a_bad_setting_is_refused_next_to_its_field_with_what_was_typed(
     dom = f"{field}-{refunds_desk.assistant_id}"
     assert f'aria-invalid="true" aria-describedby="{dom}-error"' in html
     error = html[html.index(f'<p id="{dom}-error"') :]
-    assert says in error[: error.index("</p>")]
+    assert says in html_text.unescape(error[: error.index("</p>")])
     for text in fields.values():
         assert text in html  # what was typed, kept
     refunds_desk.refresh_from_db()

@@ -57,6 +57,8 @@ class FormField:
     engine_path: str = ""
     """What the engine calls this field in its refusals (``command.resume.note``,
     ``values.fail``); empty: ``command.resume`` and the key."""
+    merged: bool = False
+    """A state key with a reducer: what is typed is merged into its value (appended…)."""
 
     @property
     def dom_id(self) -> str:
@@ -269,6 +271,7 @@ def state_form(
             f.description = f"What you type is {how}, as a step's update is. " + f.description
             f.value = ""
             f.required = False
+            f.merged = True
         elif key in state:
             f.value = _shown(f, state[key])
         fields.append(f)
@@ -289,20 +292,15 @@ def _shown(f: FormField, value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=1 if f.widget == "json" else None)
 
 
-def read_state(
-    post: Any,
-    form: AnswerForm,
-    state: Mapping[str, Any],
-    reducers: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+def read_state(post: Any, form: AnswerForm, state: Mapping[str, Any]) -> dict[str, Any]:
     """The keys to change: the form's fields (read as an answer's are) whose value
     differs from ``state``, and what was typed for a key with a reducer; a field left
     empty changes nothing."""
     values = read_answer(post, form, {})
+    merged = {f.key for f in form.fields if f.merged}
     changed = {}
     for key, value in values.items():
-        overwrite = (reducers or {}).get(key, "overwrite") == "overwrite"
-        if overwrite and key in state and _same_json(state[key], value):
+        if key not in merged and key in state and _same_json(state[key], value):
             continue
         if key not in state and value is False:
             continue  # an unticked box for a key the state lacks: nothing to say

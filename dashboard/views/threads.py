@@ -134,30 +134,14 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
     }
 
 
-def typed_state_form(thread: Thread) -> AnswerForm | None:
-    """The form of the state schema the thread's workflow declares, filled with the
-    head's state; None when it declares none (the JSON box only)."""
+def typed_state_form(thread: Thread, state: dict[str, Any] | None = None) -> AnswerForm | None:
+    """The form of the state schema the thread's workflow declares, filled with
+    ``state`` (default: the head's); None when it declares none (the JSON box only)."""
     declared = registry.state_declaration(assistant_of(thread))
     if declared is None:
         return None
     schema, reducers = declared
-    return state_form(schema, _head_state(thread), reducers)
-
-
-def _typed_state_values(request: HtmxHttpRequest, t: Thread, expected: str) -> dict[str, Any]:
-    """The keys the typed state form changes (FormError naming a field it refuses)."""
-    declared = registry.state_declaration(assistant_of(t))
-    if declared is None:
-        raise FormError("values", "This thread's workflow declares no state schema.")
-    schema, reducers = declared
-    state = _head_state(t)
-    form = state_form(schema, state, reducers)
-    if form is None:
-        raise FormError("values", "This thread's workflow declares no state schema.")
-    values = read_state(request.POST, form, state, reducers)
-    if not values and t.head_id == expected:
-        raise FormError("values", "Nothing changed: change a field, then save.")
-    return values
+    return state_form(schema, _head_state(thread) if state is None else state, reducers)
 
 
 def _head_state(thread: Thread) -> dict[str, Any]:
@@ -448,13 +432,23 @@ def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> a
         )
     if button == "save_state" and "state_form" in request.POST:
         # The typed form: the fields whose values differ from the head's state.
-        values = _typed_state_values(request, t, expected)
+        state = _head_state(t)
+        form = typed_state_form(t, state)
+        if form is None:
+            raise FormError("values", "This thread's workflow declares no state schema.")
+        values = read_state(request.POST, form, state)
+        if not values and t.head_id == expected:
+            raise FormError("values", "Nothing changed: change a field, then save.")
         return actions.edit_state(thread=t, values=values, user=user, expected=expected or None)
     if button == "save_state":
         values = parse_json(request.POST.get("state", ""), "state")
         if not isinstance(values, dict):
             raise FormError("state", "state: write a JSON object of the keys to change.")
-        return actions.edit_state(thread=t, values=values, user=user, expected=expected or None)
+        try:
+            return actions.edit_state(thread=t, values=values, user=user, expected=expected or None)
+        except FormError as exc:
+            # A key the declared schema refuses: said by the JSON box that sent it.
+            raise FormError("state", exc.message) from None
     if button == "cancel":
         return actions.cancel(thread=t, run_id=request.POST.get("run", ""), user=user)
     if button == "rewind":

@@ -4,12 +4,14 @@ key (the check is the engine's, so every door gets it)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from langgraph_sdk.errors import UnprocessableEntityError
 
 from criogen.examples.steps import STATE_SCHEMA
+from tests.api.conftest import Server
 
 
 async def test_the_declared_state_schema_is_the_assistants_state_and_input_schema(
@@ -57,3 +59,22 @@ async def test_update_state_takes_what_the_schema_takes_and_keys_it_does_not_nam
         "fail": False,
         "note": [1],
     }
+
+
+@pytest.fixture
+async def pg(pg_server: Server) -> AsyncIterator[Any]:
+    """alice's async client on the PostgreSQL server."""
+    client = pg_server.client("alice")
+    yield client
+    await client.aclose()
+
+
+@pytest.mark.postgres
+async def test_the_declared_schema_is_served_and_checked_on_postgresql(pg: Any) -> None:
+    assert (await pg.assistants.get_schemas("steps"))["state_schema"] == STATE_SCHEMA
+    thread = await pg.threads.create(graph_id="steps")
+    with pytest.raises(UnprocessableEntityError) as caught:
+        await pg.threads.update_state(thread["thread_id"], {"n": "three"})
+    assert caught.value.body["field"] == "values.n"
+    await pg.threads.update_state(thread["thread_id"], {"n": 3, "fail": False})
+    assert (await pg.threads.get(thread["thread_id"]))["values"] == {"n": 3, "fail": False}

@@ -134,3 +134,22 @@ def test_what_is_typed_for_an_appending_key_is_appended(
     assert status == 200 and "State saved as v" in html
     head = registry.get_graph("steps").thread(failed_steps.pk).head
     assert head.state["steps"] == ["a", "x"]
+
+
+def test_a_value_refused_in_the_json_box_is_said_by_the_box_with_the_text_kept(
+    as_operator: Client, failed_steps: Thread
+) -> None:
+    typed = '{"fail": "no"}'
+    answer = as_operator.post(
+        f"/ui/threads/{failed_steps.pk}/act/",
+        {"save_state": "", "state": typed, "expected": failed_steps.head_id},
+        **HX,
+    )
+    assert answer.status_code == 422
+    html = answer.content.decode()
+    assert 'id="form-error" class="flash error" role="alert" data-field="state"' in html
+    assert "values.fail must be a boolean." in html
+    assert re.search(r'id="state-values" name="state"[^>]* aria-invalid="true"', html)
+    assert "{&quot;fail&quot;: &quot;no&quot;}</textarea>" in html
+    assert '<details class="edit-json" open>' in html  # the box stays open
+    assert 'aria-invalid="true" aria-describedby="f-values-fail-error"' not in html

@@ -34,6 +34,7 @@ __all__ = [
     "graph_ids",
     "langgraph_saver",
     "reset",
+    "state_declaration",
     "storage",
 ]
 
@@ -133,6 +134,21 @@ def get_graph(graph_id: str) -> Any:
         if graph is None:
             graph = _graphs[graph_id] = _load(graph_id)
         return graph
+
+
+def state_declaration(graph_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``(state_schema, reducers)`` of a Criogen workflow registered as ``graph_id`` that
+    declares its state (``Workflow(state_schema=...)``); None for one that declares
+    none, an agent, a LangGraph graph or an unknown id."""
+    try:
+        graph = get_graph(graph_id)
+    except GraphNotFound:
+        return None
+    from criogen.engine.workflows import CompiledWorkflow
+
+    if not isinstance(graph, CompiledWorkflow) or graph.graph.state_schema is None:
+        return None
+    return graph.graph.state_schema, dict(graph.graph.reducers)
 
 
 def reset() -> None:

@@ -207,14 +207,18 @@ def rewind(
 def edit_state(*, thread: Thread, values: Any, user: Any, expected: str | None) -> Outcome:
     """Merge ``values`` into the thread's state (a ``fork`` checkpoint, audited as
     ``update_state``): the way to fix a bad input before Retry. Values the engine
-    refuses raise FormError on the ``state`` box."""
+    refuses raise FormError on the ``state`` box, or on the typed form's field
+    (``values.<key>``) that a declared state schema refused."""
     try:
         cp = update_thread_state(
             thread_id=thread.pk, values=values, by=actor(user), door="ui", expected=expected
         )
     except CriogenError as exc:
         if exc.code in ("invalid_argument", "invalid_state"):
-            raise FormError("state", exc.message) from None
+            named = str(exc.details.get("field") or "")
+            raise FormError(
+                named if named.startswith("values.") else "state", exc.message
+            ) from None
         return _refused(exc, thread, "")
     return Outcome(True, f"State saved as v{cp.version}; retry or continue from it.")
 

@@ -1,5 +1,6 @@
 """Typed answers in the dashboard: a suspension's ``choices`` as buttons and its
-``schema`` as a small form, and the form read back into the value.
+``schema`` as a small form, and the form read back into the value. A workflow's
+declared ``state_schema`` is shown by the same form (``state_form``) to edit the state.
 
 The value is checked by the engine (``criogen.engine.answers``, through the one
 answering service) like any door's; this module only turns form fields into JSON and
@@ -24,6 +25,8 @@ __all__ = [
     "form_field_for",
     "keep_typed",
     "read_answer",
+    "read_state",
+    "state_form",
 ]
 
 TEXTAREA_OVER = 200
@@ -51,6 +54,11 @@ class FormField:
     value: str = ""
     """What the field shows: typed text kept after a refusal, or the default."""
     error: str = ""
+    engine_path: str = ""
+    """What the engine calls this field in its refusals (``command.resume.note``,
+    ``values.fail``); empty: ``command.resume`` and the key."""
+    merged: bool = False
+    """A state key with a reducer: what is typed is merged into its value (appended…)."""
 
     @property
     def dom_id(self) -> str:
@@ -74,6 +82,11 @@ class AnswerForm:
     @property
     def typed(self) -> bool:
         return bool(self.choices or self.fields)
+
+    @property
+    def claimed(self) -> bool:
+        """A refusal is shown in this form (next to a field, or under it)."""
+        return bool(self.error or any(f.error for f in self.fields))
 
 
 def answer_form(interrupt: Mapping[str, Any] | None) -> AnswerForm:
@@ -210,8 +223,8 @@ def field_of(engine_field: str) -> str:
 
 def _in_words(message: str, f: FormField) -> str:
     """``command.resume.note must not be empty.`` → ``Note must not be empty.``"""
-    path = "command.resume" + (f".{f.key}" if f.key else "")
-    if message.startswith(path + " "):
+    path = f.engine_path or "command.resume" + (f".{f.key}" if f.key else "")
+    if message.startswith(path) and message[len(path) : len(path) + 1] in (" ", "[", "."):
         return f.label + message[len(path) :]
     return message
 
@@ -229,3 +242,71 @@ def keep_typed(form: AnswerForm, post: Any, error: FormError | None) -> None:
             f.error = _in_words(error.message, f)
     if error is not None and not any(f.error for f in form.fields):
         form.error = error.message
+
+
+def state_form(
+    schema: Mapping[str, Any] | None,
+    state: Mapping[str, Any],
+    reducers: Mapping[str, Any] | None = None,
+) -> AnswerForm | None:
+    """The form of a workflow's declared state schema, filled with ``state``; None when
+    there is no schema or it is not an object with properties (the JSON box then).
+
+    A key with a reducer (``append``…) starts empty: what is typed there is merged
+    into its value by the reducer, as a node's update is (shown in full, it would be
+    appended to itself)."""
+    if not isinstance(schema, Mapping) or schema.get("type") not in (None, "object"):
+        return None
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return None
+    required = set(schema.get("required") or [])
+    fields = []
+    for key, sub in properties.items():
+        f = form_field_for(f"values.{key}", key, dict(sub), key in required)
+        f.engine_path = f"values.{key}"
+        reducer = (reducers or {}).get(key, "overwrite")
+        if reducer != "overwrite":
+            how = "appended to it" if reducer == "append" else "merged into it"
+            f.description = f"What you type is {how}, as a step's update is. " + f.description
+            f.value = ""
+            f.required = False
+            f.merged = True
+        elif key in state:
+            f.value = _shown(f, state[key])
+        fields.append(f)
+    return AnswerForm([], fields)
+
+
+def _shown(f: FormField, value: Any) -> str:
+    """A state value as its field shows it."""
+    if f.widget in ("radio", "select"):
+        options = f.schema["enum"]
+        return next((str(i) for i, o in enumerate(options) if _same_json(o, value)), "")
+    if f.widget == "checkbox":
+        return "on" if value is True else ""
+    if f.widget in ("text", "textarea") and isinstance(value, str):
+        return value
+    if f.widget == "number" and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False, indent=1 if f.widget == "json" else None)
+
+
+def read_state(post: Any, form: AnswerForm, state: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys to change: the form's fields (read as an answer's are) whose value
+    differs from ``state``, and what was typed for a key with a reducer; a field left
+    empty changes nothing."""
+    values = read_answer(post, form, {})
+    merged = {f.key for f in form.fields if f.merged}
+    changed = {}
+    for key, value in values.items():
+        if key not in merged and key in state and _same_json(state[key], value):
+            continue
+        if key not in state and value is False:
+            continue  # an unticked box for a key the state lacks: nothing to say
+        changed[key] = value
+    return changed
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)

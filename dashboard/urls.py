@@ -29,4 +29,5 @@ urlpatterns = [
     ),
     path("ui/audit/", views.audit, name="audit"),
     path("ui/tokens/", views.tokens, name="tokens"),
+    path("ui/notifications/", views.notifications, name="notifications"),
 ]

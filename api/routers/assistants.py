@@ -298,16 +298,21 @@ def get_graph(request: HttpRequest, assistant_id: str, xray: int | bool = False)
     summary="Get the assistant's schemas",
 )
 def get_schemas(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
-    """JSON Schemas: the state is an object whose keys with the append reducer are
-    arrays; input and output are the state."""
+    """JSON Schemas: a workflow's declared ``state_schema`` when it has one, else an
+    object whose keys with the append reducer are arrays; input and output are the
+    state."""
     from criogen.registry import get_graph as load
+    from criogen.registry import state_declaration
 
     a = _load(assistant_id)
     graph = load(a.graph_id)
-    workflow = getattr(graph, "graph", None)
-    reducers = getattr(workflow, "reducers", {}) or {}
-    properties = {key: {"type": "array"} for key, r in reducers.items() if r == "append"}
-    state = {"type": "object", "properties": properties, "additionalProperties": True}
+    declared = state_declaration(a.graph_id)
+    state = declared[0] if declared else None
+    if state is None:
+        workflow = getattr(graph, "graph", None)
+        reducers = getattr(workflow, "reducers", {}) or {}
+        properties = {key: {"type": "array"} for key, r in reducers.items() if r == "append"}
+        state = {"type": "object", "properties": properties, "additionalProperties": True}
     return {
         "graph_id": a.graph_id,
         "input_schema": state,

@@ -23,11 +23,12 @@ from typing import Any
 
 from criogen.engine.errors import InvalidArgument
 from criogen.engine.json_schema import Problem, SchemaProblem, path_text, same
-from criogen.engine.json_schema import check as check_schema
+from criogen.engine.json_schema import check as check_value
 
 __all__ = [
     "SCHEMA_KEYWORDS",
     "check_declaration",
+    "check_schema",
     "check_typed_answer",
     "check_typed_answers",
     "choice_items",
@@ -80,31 +81,31 @@ def check_declaration(choices: Any, schema: Any) -> None:
             field="choices",
         )
     if schema is not None:
-        _check_schema(schema, "schema")
+        check_schema(schema, "schema")
 
 
-def _check_schema(schema: Any, path: str) -> None:
+def check_schema(schema: Any, path: str, who: str = "suspend()") -> None:
+    """Refuse a JSON Schema that uses keywords this module does not check; ``who``
+    names the declaration in the message (``suspend()``, ``Workflow(state_schema=...)``)."""
     if not isinstance(schema, Mapping):
-        raise InvalidArgument(f"suspend(): {path} must be a JSON Schema object.", field=path)
+        raise InvalidArgument(f"{who}: {path} must be a JSON Schema object.", field=path)
     unknown = sorted(set(schema) - SCHEMA_KEYWORDS)
     if unknown:
         raise InvalidArgument(
-            f"suspend(): {path} uses {', '.join(unknown)}, which Criogen does not check; "
+            f"{who}: {path} uses {', '.join(unknown)}, which Criogen does not check; "
             f"use only {', '.join(sorted(SCHEMA_KEYWORDS))}.",
             field=path,
         )
     kinds = schema.get("type")
     for kind in kinds if isinstance(kinds, list) else [kinds] if kinds is not None else []:
         if kind not in _TYPES:
-            raise InvalidArgument(
-                f"suspend(): {path}.type {kind!r} is not a JSON type.", field=path
-            )
+            raise InvalidArgument(f"{who}: {path}.type {kind!r} is not a JSON type.", field=path)
     for name, sub in (schema.get("properties") or {}).items():
-        _check_schema(sub, f"{path}.properties.{name}")
+        check_schema(sub, f"{path}.properties.{name}", who)
     if "items" in schema:
-        _check_schema(schema["items"], f"{path}.items")
+        check_schema(schema["items"], f"{path}.items", who)
     if isinstance(schema.get("additionalProperties"), Mapping):
-        _check_schema(schema["additionalProperties"], f"{path}.additionalProperties")
+        check_schema(schema["additionalProperties"], f"{path}.additionalProperties", who)
 
 
 def check_typed_answers(
@@ -152,7 +153,7 @@ def first_problem(value: Any, schema: Mapping[str, Any], path: str) -> tuple[str
     """Where ``value`` first breaks ``schema`` and why (``path`` names the value, e.g.
     ``command.resume``), or None when it fits. Strict: ``"5"`` is no number here."""
     try:
-        check_schema(schema, value)
+        check_value(schema, value)
     except SchemaProblem as exc:
         problem = exc.problem
         return path_text(path, problem.path), _wording(problem)

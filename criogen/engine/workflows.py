@@ -35,7 +35,12 @@ from criogen.engine.active_run import (
     check_durability,
     check_on_busy,
 )
-from criogen.engine.answers import check_declaration, check_typed_answers
+from criogen.engine.answers import (
+    check_declaration,
+    check_schema,
+    check_typed_answers,
+    first_problem,
+)
 from criogen.engine.checkpoints import (
     Checkpoint,
     CheckpointWrite,
@@ -88,6 +93,8 @@ __all__ = [
     "RunResult",
     "Workflow",
     "WorkflowThread",
+    "check_state_values",
+    "read_state_schema",
     "suspend",
 ]
 
@@ -225,9 +232,20 @@ class _NodeSpec:
 class Workflow:
     """A graph of nodes to compile and run. Build it once, at import time."""
 
-    def __init__(self, *, reducers: Reducers | None = None, name: str = "workflow") -> None:
+    def __init__(
+        self,
+        *,
+        reducers: Reducers | None = None,
+        name: str = "workflow",
+        state_schema: Any = None,
+    ) -> None:
+        """``state_schema`` (optional) declares the state's keys: a JSON Schema object
+        (the subset ``criogen.engine.answers`` checks), or a pydantic model class or
+        TypedDict, read as one. A person's state update is checked against it, and
+        the dashboard shows it as a form."""
         self.name = name
         self.reducers = check_reducers(reducers or {})
+        self.state_schema = read_state_schema(state_schema)
         self.nodes: dict[str, _NodeSpec] = {}
         self.edges: dict[str, list[str]] = {}
         self.routes: dict[str, list[tuple[Route, dict[str, str] | None]]] = {}
@@ -339,6 +357,55 @@ class Workflow:
                     )
                 out.append(target)
         return [t for t in out if t != END]
+
+
+def read_state_schema(declared: Any) -> dict[str, Any] | None:
+    """A workflow's ``state_schema`` as a JSON Schema object (None: not declared).
+
+    A class (pydantic model, TypedDict, dataclass) is read by pydantic's TypeAdapter.
+    Raises InvalidArgument when the schema is not an object schema or uses keywords
+    Criogen does not check (``$ref``, ``anyOf``… : nothing is silently skipped)."""
+    if declared is None:
+        return None
+    who = "Workflow(state_schema=...)"
+    schema: Any = declared
+    if isinstance(declared, type):
+        try:
+            from pydantic import PydanticSchemaGenerationError, PydanticUserError, TypeAdapter
+        except ImportError:  # pragma: no cover - pydantic comes with the server
+            raise InvalidArgument(
+                f"{who}: reading a class needs pydantic; pass a JSON Schema dict.",
+                field="state_schema",
+            ) from None
+        try:
+            schema = TypeAdapter(declared).json_schema()
+        except (PydanticSchemaGenerationError, PydanticUserError) as exc:
+            raise InvalidArgument(
+                f"{who}: {declared.__name__} cannot be read as a JSON Schema ({exc}).",
+                field="state_schema",
+            ) from None
+    check_schema(schema, "state_schema", who)
+    if schema.get("type", "object") != "object":
+        raise InvalidArgument(
+            f'{who}: the state is a JSON object; state_schema.type must be "object".',
+            field="state_schema.type",
+        )
+    return dict(schema)
+
+
+def check_state_values(
+    schema: Mapping[str, Any] | None, state: Mapping[str, Any], keys: Any
+) -> None:
+    """Check the ``keys`` a person changed, as merged into ``state``, against the
+    workflow's declared ``schema`` (InvalidArgument naming ``values.<key>``). Keys not
+    changed are not checked, nor are required keys the update does not name."""
+    if not schema:
+        return
+    changed = {key: state[key] for key in keys if key in state}
+    problem = first_problem(changed, {**schema, "required": []}, "values")
+    if problem is not None:
+        where, message = problem
+        raise InvalidArgument(f"{where} {message}.", field=where)
 
 
 # -- running ---------------------------------------------------------------------------
@@ -591,6 +658,8 @@ class WorkflowThread(ThreadBase):
             self.app.graph.reducers,
             origin=as_node or "update_state",
         )
+        # The merged values, so an appended item is checked as part of its list.
+        check_state_values(self.app.graph.state_schema, state, update or {})
         if as_node is not None:
             nxt = self.app.graph.successors(as_node, state)
             return state, delta, ("in_progress" if nxt else "completed"), nxt, (), {}

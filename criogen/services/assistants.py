@@ -164,9 +164,15 @@ def create_assistant(
         )
 
 
-def update_assistant(*, assistant_id: str, **fields: Any) -> Assistant:
+def update_assistant(
+    *, assistant_id: str, expected_version: int | None = None, **fields: Any
+) -> Assistant:
     """Replace the given :data:`EDITABLE` fields (None: keep) of the assistant named by
-    ``assistant_id`` (as :func:`resolve_assistant` reads it); its version goes up by one."""
+    ``assistant_id`` (as :func:`resolve_assistant` reads it); its version goes up by one.
+
+    ``expected_version``: the version the caller edited (a form that replaces the
+    whole metadata); Conflict (409) if another update came first, and nothing changes.
+    """
     if fields.get("graph_id"):
         get_graph(fields["graph_id"])  # GraphNotFound (404) for an unknown graph
     check_notify(fields.get("metadata"))  # InvalidArgument (422) naming metadata.notify
@@ -176,6 +182,12 @@ def update_assistant(*, assistant_id: str, **fields: Any) -> Assistant:
         row = Assistant.objects.select_for_update().get(
             pk=resolve_assistant(assistant_id=assistant_id).pk
         )
+        if expected_version is not None and row.version != expected_version:
+            raise Conflict(
+                f"assistant {row.assistant_id} changed since version {expected_version} "
+                f"(it is at version {row.version}): reload it and edit again.",
+                field="version",
+            )
         for name in EDITABLE:
             value = fields.get(name)
             if value is not None:

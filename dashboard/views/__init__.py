@@ -5,6 +5,7 @@ from __future__ import annotations
 from dashboard.views.audit import audit
 from dashboard.views.claims import thread_claim
 from dashboard.views.inbox import inbox, inbox_bulk
+from dashboard.views.notifications import notifications
 from dashboard.views.site import favicon
 from dashboard.views.threads import (
     checkpoint,
@@ -23,6 +24,7 @@ __all__ = [
     "home",
     "inbox",
     "inbox_bulk",
+    "notifications",
     "rewind_confirm",
     "thread",
     "thread_act",

@@ -10,12 +10,19 @@ from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from criogen import Storage
+from criogen import Storage, registry
 from criogen.engine.errors import CheckpointNotFound
 from criogen.selectors import checkpoint_row, runs_for_thread
 from criogen.selectors.timeline import edited_calls, timeline_events, timeline_page
 from dashboard import actions
-from dashboard.answers import AnswerForm, answer_form, keep_typed, read_answer
+from dashboard.answers import (
+    AnswerForm,
+    answer_form,
+    keep_typed,
+    read_answer,
+    read_state,
+    state_form,
+)
 from dashboard.data import (
     STATUSES,
     TIMELINE_PAGE,
@@ -109,6 +116,7 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
     if stopped_at:
         paused = {"by": "", "breakpoint": list(body.get("next") or []), "at": head.created_at}
     interrupted = unfinished and paused is None and not thread.lease_alive
+    can_edit_state = bool(thread.head_id) and not thread.lease_alive
     return {
         "thread": thread,
         "waiting": waiting,
@@ -118,11 +126,29 @@ def actions_context(user: User, thread: Thread, *, can_act: bool) -> dict[str, A
         "resolved": resolved_by_person(head, body) if thread.head_status == "completed" else None,
         "can_retry": thread.head_status == "failed" or interrupted,
         # The state can be edited whenever no run holds the thread.
-        "can_edit_state": bool(thread.head_id) and not thread.lease_alive,
+        "can_edit_state": can_edit_state,
+        "state_form": typed_state_form(thread) if can_act and can_edit_state else None,
         "head_error": body.get("error"),
         "can_act": can_act,
         "user": user,
     }
+
+
+def typed_state_form(thread: Thread, state: dict[str, Any] | None = None) -> AnswerForm | None:
+    """The form of the state schema the thread's workflow declares, filled with
+    ``state`` (default: the head's); None when it declares none (the JSON box only)."""
+    declared = registry.state_declaration(assistant_of(thread))
+    if declared is None:
+        return None
+    schema, reducers = declared
+    return state_form(schema, _head_state(thread) if state is None else state, reducers)
+
+
+def _head_state(thread: Thread) -> dict[str, Any]:
+    try:
+        return dict(Storage.default().get_checkpoint(thread.pk, thread.head_id).state)
+    except CheckpointNotFound:
+        return {}
 
 
 def resolved_by_person(head: Any, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -355,6 +381,8 @@ def thread_act(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
     context = actions_context(request.user, t, can_act=can_act)
     if form_error and form_error.field == "state":
         context["typed_state"] = request.POST.get("state", "")
+    if form_error and context["state_form"] is not None and "state_form" in request.POST:
+        keep_typed(context["state_form"], request.POST, form_error)
     if form_error and context["answer"] is not None:
         keep_typed(context["answer"], request.POST, form_error)
     if form_error and context["waiting"] is not None:
@@ -402,11 +430,25 @@ def _apply(request: HtmxHttpRequest, t: Thread, button: str, expected: str) -> a
         return actions.retry(
             thread=t, expected=expected or None, user=user, resumed=button == "continue"
         )
+    if button == "save_state" and "state_form" in request.POST:
+        # The typed form: the fields whose values differ from the head's state.
+        state = _head_state(t)
+        form = typed_state_form(t, state)
+        if form is None:
+            raise FormError("values", "This thread's workflow declares no state schema.")
+        values = read_state(request.POST, form, state)
+        if not values and t.head_id == expected:
+            raise FormError("values", "Nothing changed: change a field, then save.")
+        return actions.edit_state(thread=t, values=values, user=user, expected=expected or None)
     if button == "save_state":
         values = parse_json(request.POST.get("state", ""), "state")
         if not isinstance(values, dict):
             raise FormError("state", "state: write a JSON object of the keys to change.")
-        return actions.edit_state(thread=t, values=values, user=user, expected=expected or None)
+        try:
+            return actions.edit_state(thread=t, values=values, user=user, expected=expected or None)
+        except FormError as exc:
+            # A key the declared schema refuses: said by the JSON box that sent it.
+            raise FormError("state", exc.message) from None
     if button == "cancel":
         return actions.cancel(thread=t, run_id=request.POST.get("run", ""), user=user)
     if button == "rewind":

@@ -177,3 +177,28 @@ def test_times_name_their_time_zone(signed_in, dashboard_server) -> None:
     expect(page.locator("#panel h2")).to_contain_text(zone)
     page.goto("/ui/audit/")
     expect(page.locator("main table time, main table td[title]").first).to_have_text(zone)
+
+
+def test_the_state_form_and_the_notification_settings_pass_axe_core(
+    signed_in, dashboard_server, axe_source
+) -> None:
+    from tests.dashboard.test_browser_fix_retry import start_steps
+
+    tid, _ = start_steps(dashboard_server, {"n": 0, "fail": True}, join=True)
+    page = signed_in("ada")
+    page.goto(f"/ui/threads/{tid}/")
+    wait_live(page)
+    page.get_by_text("Edit the state before retrying").click()
+    page.locator("#f-values-sleep").fill("-1")
+    page.locator("form.state-form button[name=save_state]").click()
+    expect(page.locator("#f-values-sleep")).to_have_attribute("aria-invalid", "true")
+    page.get_by_text("Edit as JSON").click()
+    assert_accessible(page, axe_source, "typed state form with an error")
+
+    page.goto("/ui/notifications/")
+    assert_accessible(page, axe_source, "notification settings")
+    first = page.locator("section.notify").first
+    first.get_by_label("Webhook URL").fill("not a url")
+    first.get_by_role("button", name="Save").click()
+    expect(page.locator("section.notify [aria-invalid=true]")).to_have_count(1)
+    assert_accessible(page, axe_source, "notification settings with an error")

@@ -38,14 +38,17 @@ def test_a_bad_input_is_fixed_in_the_state_then_retried(signed_in, dashboard_ser
     status = page.locator("#thread-header [data-status]")
     expect(status).to_have_attribute("data-status", "failed")
     page.get_by_text("Edit the state before retrying").click()
+    # steps declares its state: the JSON box is one click further, under the form.
+    page.get_by_text("Edit as JSON").click()
     box = page.locator("#state-values")
     box.fill('{"fail": fals}')
-    page.click("button[name=save_state]")
+    page.locator(".edit-json button[name=save_state]").click()
     expect(page.locator("#state-values")).to_have_attribute("aria-invalid", "true")
     expect(page.locator("#form-error")).to_contain_text("not valid JSON")
     expect(page.locator("#state-values")).to_have_value('{"fail": fals}')
+    expect(page.locator("#state-values")).to_be_visible()  # its box stays open
     page.locator("#state-values").fill('{"fail": false}')
-    page.click("button[name=save_state]")
+    page.locator(".edit-json button[name=save_state]").click()
     # Saved as a new checkpoint (v4, a fork): the timeline says who changed what, and
     # the panel, which showed the head, shows the new one.
     expect(page.locator("#timeline li.event[data-action=update_state]")).to_contain_text(
@@ -78,3 +81,41 @@ def test_a_running_run_is_cancelled_from_its_thread_page(signed_in, dashboard_se
     expect(
         page.locator("#actions").get_by_role("button", name="Continue from v", exact=False)
     ).to_be_visible()
+
+
+def test_a_failed_run_is_fixed_with_the_typed_state_form_then_retried(
+    signed_in, dashboard_server
+) -> None:
+    tid, _ = start_steps(dashboard_server, {"n": 0, "fail": True}, join=True)
+    page = signed_in("olga")
+    page.goto(f"/ui/threads/{tid}/")
+    wait_live(page)
+    status = page.locator("#thread-header [data-status]")
+    expect(status).to_have_attribute("data-status", "failed")
+    page.get_by_text("Edit the state before retrying").click()
+    form = page.locator("form.state-form")
+    fail = form.get_by_label("Fail in node b")
+    expect(fail).to_be_checked()
+    expect(form.get_by_label("Count")).to_have_value("1")
+    # A value the declared schema refuses: said next to its field, what was typed kept.
+    fail.uncheck()
+    sleep = form.get_by_label("Sleep in node b (seconds)")
+    sleep.fill("-1")
+    form.get_by_role("button", name="Save as a new checkpoint").click()
+    sleep = page.locator("form.state-form").get_by_label("Sleep in node b (seconds)")
+    expect(sleep).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#f-values-sleep-error")).to_have_text(
+        "Sleep in node b (seconds) must be at least 0."
+    )
+    expect(sleep).to_have_value("-1")
+    expect(page.locator("form.state-form").get_by_label("Fail in node b")).not_to_be_checked()
+    sleep.fill("")
+    page.locator("form.state-form").get_by_role("button", name="Save as a new checkpoint").click()
+    expect(page.locator("#timeline li.event[data-action=update_state]")).to_contain_text(
+        "edited the state (fail)"
+    )
+    expect(page.locator("#panel [data-state]")).to_contain_text('"fail": false')
+    page.get_by_role("button", name="Retry from v4").click()
+    expect(status).to_have_attribute("data-status", "completed")
+    page.reload()
+    expect(page.locator("#panel [data-state]")).to_contain_text('"c"')

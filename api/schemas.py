@@ -193,6 +193,7 @@ class ThreadTaskOut(Schema):
 
     id: str
     name: str
+    path: list[Any] | None = None
     error: str | None = None
     interrupts: list[InterruptOut] = []
     checkpoint: CheckpointOut | None = None

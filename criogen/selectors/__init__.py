@@ -52,6 +52,7 @@ from criogen.selectors.runs import (
     run_status,
     run_stream_mode,
     runs_for_thread,
+    thread_graph_id,
 )
 from criogen.selectors.search import (
     SORT_FIELDS,
@@ -123,6 +124,7 @@ __all__ = [
     "run_status",
     "run_stream_mode",
     "runs_for_thread",
+    "thread_graph_id",
     "search_assistants",
     "search_crons",
     "search_limit",

@@ -69,6 +69,17 @@ def _graph_thread(thread_id: str) -> Any:
     return get_graph(_thread_assistant(thread_id).graph_id).thread(thread_id)
 
 
+def _langgraph_thread(thread_id: str) -> tuple[Any, Any] | None:
+    """(the bridge thread, the compiled LangGraph graph) when ``thread_id`` runs a
+    LangGraph graph; None for Criogen's own graphs."""
+    from criogen.services.runs import _thread_assistant
+
+    graph = get_graph(_thread_assistant(thread_id).graph_id)
+    if getattr(graph, "kind", None) != "langgraph":
+        return None
+    return graph.thread(thread_id), graph.compiled
+
+
 def _refuse_busy(thread_id: str, doing: str) -> None:
     if not Thread.objects.filter(pk=thread_id).exists():
         raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
@@ -95,6 +106,24 @@ def rewind_thread(
     CheckpointNotFound, and ThreadBusy (409) while a run is pending or running.
     """
     _refuse_busy(thread_id, "rewinding")
+    if (bridged := _langgraph_thread(thread_id)) is not None:
+        # A LangGraph thread rewinds LangGraph's own history: a copy of its checkpoint
+        # ``checkpoint_id`` becomes the newest, and the next run goes on from it.
+        from criogen.langgraph.verbs import COPY, fork_thread
+
+        checkpoint = fork_thread(
+            *bridged,
+            action="rewind",
+            checkpoint_id=checkpoint_id,
+            values=None,
+            as_node=COPY,
+            by=by,
+            door=door,
+            expected=expected,
+            details={"checkpoint_id": checkpoint_id},
+        )
+        _touch(thread_id)
+        return checkpoint
     thread = _graph_thread(thread_id)
     checkpoint = thread.rewind(checkpoint_id, by=by, door=door, expected=expected, on_busy="fail")
     _touch(thread_id)
@@ -110,6 +139,7 @@ def update_thread_state(
     by: str | None = None,
     door: str = "python",
     expected: str | None = None,
+    checkpoint_id: str | None = None,
 ) -> CheckpointData:
     """Merge ``values`` into the thread's state as a ``fork`` checkpoint (agents and
     workflows alike), audited as ``update_state`` by ``by`` from ``door``.
@@ -117,11 +147,41 @@ def update_thread_state(
     ``as_node`` (workflows): as if that node had just run. ``expected``: the head the
     caller saw (StaleHead if it moved on). Raises InvalidArgument naming the field,
     ThreadBusy (409) while a run holds the thread.
+
+    A thread running a LangGraph graph forks LangGraph's own history instead, as
+    LangGraph's ``update_state`` does: from its checkpoint ``checkpoint_id`` (the
+    newest when None), ``values`` applied by the graph's reducers as if ``as_node``
+    wrote them; the next run goes on from that fork. ``checkpoint_id`` is only for
+    such threads (InvalidArgument otherwise).
     """
     if values is not None and not isinstance(values, dict):
         raise InvalidArgument(
             "values must be a JSON object of the state keys to change (or null).",
             field="values",
+        )
+    if (bridged := _langgraph_thread(thread_id)) is not None:
+        from criogen.langgraph.verbs import fork_thread
+
+        _refuse_busy(thread_id, "updating its state")
+        checkpoint = fork_thread(
+            *bridged,
+            action="update_state",
+            checkpoint_id=checkpoint_id,
+            values=values,
+            as_node=as_node,
+            by=by,
+            door=door,
+            expected=expected,
+            details={"keys": sorted(values or {}), "values": values or {}}
+            | ({"as_node": as_node} if as_node else {}),
+        )
+        _touch(thread_id)
+        return checkpoint
+    if checkpoint_id is not None:
+        raise InvalidArgument(
+            "checkpoint_id: only a LangGraph thread's state is updated from an older "
+            "checkpoint; rewind this thread to it first.",
+            field="checkpoint_id",
         )
     thread = _graph_thread(thread_id)
     checkpoint = thread.update_state(
@@ -561,5 +621,20 @@ def compact_thread(
         store.compact_thread(thread_id, audit=event)
         thread.expires_at = now + timedelta(minutes=rearm_minutes) if rearm_minutes else None
         thread.save(update_fields=["expires_at"])
+    _compact_langgraph(thread_id)
     logger.info("TTL: compacted thread %r to its head", thread_id)
     return True
+
+
+def _compact_langgraph(thread_id: str) -> None:
+    """A thread running a LangGraph graph keeps LangGraph's newest checkpoint too (per
+    namespace, with its writes and the channel values it reads). The saver writes on
+    its own connection: after the compaction's transaction, so SQLite's one writer is
+    free."""
+    from criogen.storage.models.langgraph import LangGraphCheckpoint
+
+    if not LangGraphCheckpoint.objects.filter(thread_id=thread_id).exists():
+        return
+    from criogen.registry import langgraph_saver
+
+    langgraph_saver().prune([thread_id], strategy="keep_latest")

@@ -313,7 +313,7 @@ def get_schemas(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
     if (compiled := langgraph_of(graph)) is not None:
         from criogen.langgraph.schemas import graph_schemas
 
-        return {"graph_id": a.graph_id, **graph_schemas(compiled)}
+        return {"graph_id": a.graph_id, **graph_schemas(compiled, a.graph_id)}
     workflow = getattr(graph, "graph", None)
     reducers = getattr(workflow, "reducers", {}) or {}
     properties = {key: {"type": "array"} for key, r in reducers.items() if r == "append"}

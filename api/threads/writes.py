@@ -201,4 +201,5 @@ def _update_langgraph_state(
         door="api",
         checkpoint_id=check_checkpoint_id(checkpoint_id) if checkpoint_id is not None else None,
     )
-    return {"checkpoint": _checkpoint_ref(thread_id, cp.metadata["langgraph_checkpoint_id"])}
+    forked = cp.metadata["langgraph_checkpoint_id"]
+    return {"checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": forked}}

@@ -29,20 +29,22 @@ def _schema(name: str, compiled: Any, make: Callable[[], Any]) -> dict[str, Any]
     return jsonable(made) if made is not None else None
 
 
-def _state_schema(compiled: Any) -> dict[str, Any]:
+def _state_schema(compiled: Any, name: str) -> dict[str, Any]:
     """An object with one property per channel the graph outputs, typed by the updates
-    its channel takes (any value when pydantic cannot describe that type)."""
+    its channel takes (any value when pydantic cannot describe that type), titled after
+    the graph ``name`` as LangGraph titles it."""
     from pydantic import TypeAdapter, create_model
 
     fields: dict[str, Any] = {}
-    for name in compiled.stream_channels_list:
-        kind = getattr(compiled.channels[name], "UpdateType", Any)
+    for channel in compiled.stream_channels_list:
+        kind = getattr(compiled.channels[channel], "UpdateType", Any)
         try:
             TypeAdapter(kind).json_schema()
         except Exception:  # noqa: BLE001 - an update type pydantic cannot describe
             kind = Any
-        fields[name] = (kind, None)
-    model = create_model(compiled.get_name("State"), **fields)
+        fields[channel] = (kind, None)
+    title = f"{name}State" if name[:1].isupper() else f"{name}_state"
+    model = create_model(title, **fields)
     return model.model_json_schema()  # type: ignore[no-any-return]
 
 
@@ -66,13 +68,16 @@ def _config_schema(compiled: Any) -> dict[str, Any]:
     return schema
 
 
-def graph_schemas(compiled: Any) -> dict[str, Any]:
+def graph_schemas(compiled: Any, name: str | None = None) -> dict[str, Any]:
     """The graph's ``input_schema``, ``output_schema``, ``state_schema``,
-    ``config_schema`` and ``context_schema`` (each None when LangGraph cannot make it)."""
+    ``config_schema`` and ``context_schema`` (each None when LangGraph cannot make it).
+    ``name``: the graph's id (LangGraph's server names a graph after it), default
+    the compiled graph's name."""
+    title = name or compiled.get_name()
     return {
         "input_schema": _schema("input", compiled, compiled.get_input_jsonschema),
         "output_schema": _schema("output", compiled, compiled.get_output_jsonschema),
-        "state_schema": _schema("state", compiled, lambda: _state_schema(compiled)),
+        "state_schema": _schema("state", compiled, lambda: _state_schema(compiled, title)),
         "config_schema": _schema("config", compiled, lambda: _config_schema(compiled)),
         "context_schema": _schema("context", compiled, compiled.get_context_jsonschema),
     }
@@ -96,6 +101,6 @@ def graph_subgraphs(
     """The graph's subgraphs by namespace (``recurse``: theirs too; ``namespace``: only
     that one), each with its schemas."""
     return {
-        ns: graph_schemas(subgraph)
+        ns: graph_schemas(subgraph, subgraph.get_name())
         for ns, subgraph in compiled.get_subgraphs(namespace=namespace, recurse=recurse)
     }

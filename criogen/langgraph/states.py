@@ -38,12 +38,14 @@ def _reference(config: Mapping[str, Any] | None) -> dict[str, Any] | None:
     configurable = (config or {}).get("configurable") or {}
     if not configurable.get("thread_id") or not configurable.get("checkpoint_id"):
         return None
-    return {
+    out = {
         "thread_id": configurable["thread_id"],
         "checkpoint_ns": configurable.get("checkpoint_ns") or "",
         "checkpoint_id": configurable["checkpoint_id"],
-        "checkpoint_map": configurable.get("checkpoint_map"),
     }
+    if configurable.get("checkpoint_map") is not None:
+        out["checkpoint_map"] = configurable["checkpoint_map"]
+    return out
 
 
 def _interrupt(interrupt: Any, suspended: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -87,6 +89,11 @@ def snapshot_out(
         "parent_checkpoint": _reference(snapshot.parent_config),
         "metadata": jsonable(dict(snapshot.metadata or {})),
         "created_at": snapshot.created_at,
+        # LangGraph's server still sends these two (deprecated there).
+        "checkpoint_id": (snapshot.config or {}).get("configurable", {}).get("checkpoint_id"),
+        "parent_checkpoint_id": (
+            (snapshot.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        ),
     }
 
 

@@ -45,7 +45,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from criogen.engine.crypto import Cipher, open_without_key
 from criogen.engine.store import Storage
 
-__all__ = ["CriogenSaver"]
+__all__ = ["CriogenSaver", "close_database_threads"]
 
 _PAGE = 100
 """Checkpoints read per query when listing (a filter is applied after decoding)."""
@@ -121,6 +121,27 @@ def _pool(alias: str) -> ThreadPoolExecutor:
                 initializer=_mark_database_thread,
             )
         return pool
+
+
+def close_database_threads() -> None:
+    """Close the savers' database connections and end their threads (at shutdown, or
+    before a test database is dropped); the next call to a saver starts new ones."""
+    with _pools_lock:
+        pools = list(_pools.items())
+        _pools.clear()
+    for alias, pool in pools:
+        workers = pool._max_workers
+        # One task per thread: each closes its own connection, then waits for the
+        # others, so that no thread takes two.
+        barrier = threading.Barrier(workers)
+
+        def close(alias: str = alias, barrier: threading.Barrier = barrier) -> None:
+            connections[alias].close()
+            barrier.wait(timeout=30)
+
+        for future in [pool.submit(close) for _ in range(workers)]:
+            future.result()
+        pool.shutdown(wait=True)
 
 
 def _mark_database_thread() -> None:

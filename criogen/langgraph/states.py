@@ -22,7 +22,7 @@ from typing import Any
 
 from criogen.langgraph.bridge import jsonable
 
-__all__ = ["langgraph_config", "snapshot_out", "thread_history", "thread_state"]
+__all__ = ["langgraph_config", "snapshot_out", "step_rows", "thread_history", "thread_state"]
 
 
 def langgraph_config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
@@ -147,3 +147,27 @@ def thread_history(
         limit=limit,
     )
     return [snapshot_out(snapshot, found) for snapshot in history]
+
+
+def step_rows(compiled: Any, thread_id: str, *, limit: int) -> list[dict[str, Any]]:
+    """LangGraph's newest ``limit`` checkpoints of the thread's root graph, for the
+    operator console: ``step``, ``source``, ``ran`` (the nodes whose writes made it:
+    the tasks of the checkpoint before it, for a ``loop`` step), ``next``, ``waiting``
+    (an interrupt is pending there), ``created_at`` and ``checkpoint_id``."""
+    found = list(compiled.get_state_history(langgraph_config(thread_id), limit=limit + 1))
+    rows = []
+    for index, snapshot in enumerate(found[:limit]):
+        older = found[index + 1] if index + 1 < len(found) else None
+        source = snapshot.metadata.get("source")
+        rows.append(
+            {
+                "step": snapshot.metadata.get("step"),
+                "source": source,
+                "ran": list(older.next) if older is not None and source == "loop" else [],
+                "next": list(snapshot.next),
+                "waiting": bool(snapshot.interrupts),
+                "created_at": snapshot.created_at,
+                "checkpoint_id": snapshot.config["configurable"]["checkpoint_id"],
+            }
+        )
+    return rows

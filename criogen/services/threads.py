@@ -27,7 +27,13 @@ from django.utils import timezone
 
 from criogen.engine.checkpoints import Checkpoint as CheckpointData
 from criogen.engine.checkpoints import check_thread_id
-from criogen.engine.errors import Conflict, InvalidArgument, ThreadBusy, ThreadNotFound
+from criogen.engine.errors import (
+    CheckpointNotFound,
+    Conflict,
+    InvalidArgument,
+    ThreadBusy,
+    ThreadNotFound,
+)
 from criogen.engine.store import AuditRecord
 from criogen.engine.threads import check_door
 from criogen.registry import get_graph, storage
@@ -80,6 +86,35 @@ def _langgraph_thread(thread_id: str) -> tuple[Any, Any] | None:
     return graph.thread(thread_id), graph.compiled
 
 
+def _langgraph_checkpoint_id(thread_id: str, checkpoint_id: str) -> str:
+    """A LangGraph checkpoint id as given; one of the bridge's own checkpoints (what the
+    dashboard's timeline lists) as LangGraph's newest checkpoint when it was written:
+    the graph's state at that point."""
+    from criogen.storage.models.langgraph import LangGraphCheckpoint
+
+    try:
+        bridge = storage().get_checkpoint(thread_id, checkpoint_id)
+    except CheckpointNotFound:
+        return checkpoint_id  # LangGraph's (fork_thread says if it has none such)
+    found = (
+        LangGraphCheckpoint.objects.filter(
+            thread_id=thread_id, checkpoint_ns="", created_at__lte=bridge.created_at
+        )
+        .order_by("-checkpoint_id")
+        .values_list("checkpoint_id", flat=True)
+        .first()
+    )
+    if found is None:
+        raise CheckpointNotFound(
+            f"thread {thread_id!r}: checkpoint {checkpoint_id!r} is from before the "
+            "LangGraph graph's first step; there is nothing to rewind to.",
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+            field="checkpoint_id",
+        )
+    return str(found)
+
+
 def _refuse_busy(thread_id: str, doing: str) -> None:
     if not Thread.objects.filter(pk=thread_id).exists():
         raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
@@ -114,7 +149,7 @@ def rewind_thread(
         checkpoint = fork_thread(
             *bridged,
             action="rewind",
-            checkpoint_id=checkpoint_id,
+            checkpoint_id=_langgraph_checkpoint_id(thread_id, checkpoint_id),
             values=None,
             as_node=COPY,
             by=by,

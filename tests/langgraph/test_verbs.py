@@ -5,6 +5,7 @@ audit event; TTL keep_latest compacts LangGraph's checkpoints too."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -148,3 +149,25 @@ def test_keep_latest_compacts_langgraphs_checkpoints_too(helpdesk: Any, thread_i
     assert LangGraphCheckpoint.objects.filter(thread_id=thread_id).count() == 1
     kept = helpdesk.get_state(langgraph_config(thread_id))
     assert kept.config == latest.config and kept.values == latest.values
+
+
+def test_rewind_to_a_checkpoint_of_the_dashboards_timeline(helpdesk: Any, thread_id: str) -> None:
+    """The dashboard's timeline lists the bridge's checkpoints: rewinding to one forks
+    LangGraph's history from its newest checkpoint when that one was written."""
+    _run(thread_id, input=START, durability="sync")
+    _run(thread_id, command={"resume": "no"}, durability="sync")
+    thread = get_graph("helpdesk").thread(thread_id)
+    [suspended] = [cp for cp in thread.history() if cp.status == "suspended"]
+
+    fork = rewind_thread(thread_id=thread_id, checkpoint_id=suspended.id, by="olga", door="ui")
+
+    now = helpdesk.get_state(langgraph_config(thread_id))
+    assert now.metadata["source"] == "fork" and now.next == ("review",)
+    assert fork.state == suspended.state
+    # The review asks again, and this time the draft is published.
+    assert _run(thread_id, input=None, durability="sync").status == "interrupted"
+    _run(thread_id, command={"resume": "yes"}, durability="sync")
+    final = helpdesk.get_state(langgraph_config(thread_id)).values
+    assert final["notes"] == ["draft about otters", "reviewed: yes", "published"]
+    [event] = _actions(thread_id, "rewind")
+    assert json.loads(event.details)["checkpoint_id"] == suspended.id

@@ -24,6 +24,7 @@ import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
@@ -102,6 +103,21 @@ def _insert_writes(count: int, *, replace: bool) -> str:
         f"task_path, idx, channel, type, blob, sealed) VALUES {values} "
         f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
     )
+
+
+@functools.cache
+def _qmark(sql: str) -> str:
+    """``sql`` with SQLite's ``?`` placeholders (the SQL here has no ``%`` otherwise)."""
+    return sql.replace("%s", "?")
+
+
+def _fetch(cursor: Any, fetch: str | None) -> list[Any]:
+    if fetch == "all":
+        return list(cursor.fetchall())
+    if fetch == "one":
+        row = cursor.fetchone()
+        return [] if row is None else [row]
+    return []
 
 
 T = TypeVar("T")
@@ -270,9 +286,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         )
         params += [thread_id, ns, checkpoint_id]
         sql = " UNION ALL ".join(parts) + " ORDER BY 1, 7, 8, 9"
-        with connections[self.alias].cursor() as cursor:
-            cursor.execute(sql, params)
-            return [row[:6] for row in cursor.fetchall()]
+        return [row[:6] for row in self._statements([(sql, params)], fetch="all")]
 
     def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
@@ -283,10 +297,8 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             sql += " AND checkpoint_id = %s"
             params.append(checkpoint_id)
         sql += " ORDER BY checkpoint_id DESC LIMIT 1"
-        with connections[self.alias].cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-        return None if row is None else self._tuple(row)
+        found = self._statements([(sql, params)], fetch="one")
+        return None if not found else self._tuple(found[0])
 
     def _list_page(
         self,
@@ -366,19 +378,13 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         # A version names one value: a blob already stored is the same one. The same
         # checkpoint put again (a retried step) replaces the first.
         if not blobs:
-            with connection.cursor() as cursor:
-                cursor.execute(_UPSERT_CHECKPOINT, row)
+            self._statements([(_UPSERT_CHECKPOINT, row)])
         elif connection.vendor == "postgresql":
             # One statement (atomic by itself): one round trip, no BEGIN/COMMIT.
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"WITH blobs AS ({_insert_blobs(len(new_versions))}) {_UPSERT_CHECKPOINT}",
-                    blobs + row,
-                )
+            sql = f"WITH blobs AS ({_insert_blobs(len(new_versions))}) {_UPSERT_CHECKPOINT}"
+            self._statements([(sql, blobs + row)])
         else:
-            with transaction.atomic(using=self.alias), connection.cursor() as cursor:
-                cursor.execute(_insert_blobs(len(new_versions)), blobs)
-                cursor.execute(_UPSERT_CHECKPOINT, row)
+            self._statements([(_insert_blobs(len(new_versions)), blobs), (_UPSERT_CHECKPOINT, row)])
         return _config(thread_id, ns, checkpoint["id"])
 
     def _put_writes(
@@ -409,8 +415,43 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             ]
         replace = all(channel in WRITES_IDX_MAP for channel, _ in writes)
         # One statement: one commit (SQLite syncs its log once per write call).
-        with connections[self.alias].cursor() as cursor:
-            cursor.execute(_insert_writes(len(writes), replace=replace), params)
+        self._statements([(_insert_writes(len(writes), replace=replace), params)])
+
+    def _statements(
+        self, statements: Sequence[tuple[str, Sequence[Any]]], *, fetch: str | None = None
+    ) -> list[Any]:
+        """Run ``statements`` (SQL with ``%s`` placeholders) in one transaction, and the
+        last one's rows when ``fetch`` is ``"one"`` or ``"all"``.
+
+        On SQLite they go to the ``sqlite3`` connection itself, with its ``?``
+        placeholders and its cache of prepared statements: Django's cursor rewrites
+        the placeholders with a regular expression at every call, and its atomic block
+        costs more than the statements here. This thread's connection serves only the
+        saver, in autocommit: a transaction is a plain ``BEGIN`` … ``COMMIT``."""
+        connection = connections[self.alias]
+        if connection.vendor != "sqlite":
+            # One statement is a transaction of its own (autocommit): no BEGIN/COMMIT.
+            block = transaction.atomic(using=self.alias) if len(statements) > 1 else nullcontext()
+            with block, connection.cursor() as cursor:
+                for sql, params in statements:
+                    cursor.execute(sql, params)
+                return _fetch(cursor, fetch)
+        connection.ensure_connection()
+        raw = connection.connection
+        several = len(statements) > 1
+        if several:
+            raw.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, params in statements:
+                cursor = raw.execute(_qmark(sql), params)
+            found = _fetch(cursor, fetch)
+            if several:
+                raw.execute("COMMIT")
+        except BaseException:
+            if several:
+                raw.execute("ROLLBACK")
+            raise
+        return found
 
     # -- deleting, copying, pruning ----------------------------------------------------
 

@@ -76,6 +76,7 @@ bench: install ## Run the benchmarks and print their figures
 	mkdir -p bench/results
 	set -o pipefail; $(BIN)/python bench/engine.py | tee bench/results/engine.json
 	set -o pipefail; $(BIN)/python bench/langgraph_compare.py --table | tee bench/results/langgraph_compare.json
+	set -o pipefail; $(BIN)/python bench/langgraph_savers.py --table | tee bench/results/langgraph_savers.json
 	set -o pipefail; $(BIN)/python bench/runner.py | tee bench/results/runner.json
 	set -o pipefail; $(BIN)/python bench/celery_capacity.py --table | tee bench/results/celery_capacity.json
 	set -o pipefail; $(BIN)/python bench/api.py | tee bench/results/api.json

@@ -193,6 +193,7 @@ class ThreadTaskOut(Schema):
 
     id: str
     name: str
+    path: list[Any] | None = None
     error: str | None = None
     interrupts: list[InterruptOut] = []
     checkpoint: CheckpointOut | None = None
@@ -211,6 +212,10 @@ class ThreadStateOut(Schema):
     metadata: JsonObject | None = None
     created_at: str | None = None
     parent_checkpoint: CheckpointOut | None = None
+    checkpoint_id: str | None = None
+    """Deprecated in LangGraph: ``checkpoint.checkpoint_id`` (LangGraph threads only)."""
+    parent_checkpoint_id: str | None = None
+    """Deprecated in LangGraph: ``parent_checkpoint.checkpoint_id`` (LangGraph threads only)."""
 
 
 class StateCheckpointIn(In):

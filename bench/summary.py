@@ -75,6 +75,25 @@ def engine_rows(doc: dict[str, Any] | None) -> Iterator[Row]:
             yield Row(f"engine {backend} {mode}", cell_goal, measured, _verdict(ok))
 
 
+SAVER_VS_LANGGRAPH = 1.0
+
+
+def saver_rows(doc: dict[str, Any] | None) -> Iterator[Row]:
+    """Issue 19: CriogenSaver at least as fast as LangGraph's own savers."""
+    goal = f">= {SAVER_VS_LANGGRAPH:g}x LangGraph's saver"
+    if doc is None:
+        yield Row("LangGraph saver", goal, "langgraph_savers.json missing", "not run")
+        return
+    for backend, modes in doc.get("cells", {}).items():
+        if "skipped" in modes:
+            yield Row(f"LangGraph saver {backend}", goal, str(modes["skipped"])[:60], "not run")
+            continue
+        for mode, cell in modes.items():
+            found = cell.get("criogen_vs_langgraph") or 0.0
+            ok = found >= SAVER_VS_LANGGRAPH
+            yield Row(f"LangGraph saver {backend} {mode}", goal, f"{found:.2f}x", _verdict(ok))
+
+
 HTTP_LABELS = {
     "creates_1": "creates/s (1 client)",
     "creates_16": "creates/s (16 clients)",
@@ -220,6 +239,7 @@ def memory_rows(doc: dict[str, Any] | None) -> Iterator[Row]:
 def rows(results: Path) -> list[Row]:
     return [
         *engine_rows(_load(results, "langgraph_compare")),
+        *saver_rows(_load(results, "langgraph_savers")),
         *http_rows(_load(results, "http_compare")),
         *celery_rows(_load(results, "runner")),
         *capacity_rows(_load(results, "celery_capacity")),

@@ -285,10 +285,16 @@ def delete_assistant(
     summary="Get the assistant's graph",
 )
 def get_graph(request: HttpRequest, assistant_id: str, xray: int | bool = False) -> dict[str, Any]:
-    """Nodes and edges (``__start__`` and ``__end__`` included)."""
+    """Nodes and edges (``__start__`` and ``__end__`` included); a LangGraph graph's
+    as LangGraph draws it (``xray``: into its subgraphs)."""
     from criogen.registry import get_graph as load
 
-    return graph_json(load(_load(assistant_id).graph_id))
+    graph = load(_load(assistant_id).graph_id)
+    if (compiled := langgraph_of(graph)) is not None:
+        from criogen.langgraph.schemas import graph_drawing
+
+        return graph_drawing(compiled, xray)
+    return graph_json(graph)
 
 
 @router.get(
@@ -306,6 +312,10 @@ def get_schemas(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
 
     a = _load(assistant_id)
     graph = load(a.graph_id)
+    if (compiled := langgraph_of(graph)) is not None:
+        from criogen.langgraph.schemas import graph_schemas
+
+        return {"graph_id": a.graph_id, **graph_schemas(compiled, a.graph_id)}
     declared = state_declaration(a.graph_id)
     state = declared[0] if declared else None
     if state is None:
@@ -330,9 +340,39 @@ def get_schemas(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
     summary="Get the assistant's subgraphs",
 )
 def get_subgraphs(request: HttpRequest, assistant_id: str, recurse: bool = False) -> dict[str, Any]:
-    """Criogen graphs have no subgraphs: always ``{}``."""
-    _load(assistant_id)
-    return {}
+    """A LangGraph graph's subgraphs by namespace, each with its schemas (``recurse``:
+    theirs too). Criogen's own graphs have none: ``{}``."""
+    return _subgraphs(assistant_id, None, recurse)
+
+
+@router.get(
+    "/{assistant_id}/subgraphs/{namespace}",
+    response={200: JsonObject, **ERRORS},
+    operation_id="get_assistant_subgraphs_by_namespace",
+    summary="Get the assistant's subgraphs in a namespace",
+)
+def get_subgraphs_in(
+    request: HttpRequest, assistant_id: str, namespace: str, recurse: bool = False
+) -> dict[str, Any]:
+    """The subgraph at ``namespace`` (and, with ``recurse``, those inside it)."""
+    return _subgraphs(assistant_id, namespace, recurse)
+
+
+def _subgraphs(assistant_id: str, namespace: str | None, recurse: bool) -> dict[str, Any]:
+    from criogen.registry import get_graph as load
+
+    compiled = langgraph_of(load(_load(assistant_id).graph_id))
+    if compiled is None:
+        return {}
+    from criogen.langgraph.schemas import graph_subgraphs
+
+    return graph_subgraphs(compiled, namespace, recurse=recurse)
+
+
+def langgraph_of(graph: Any) -> Any | None:
+    """The compiled LangGraph graph of a registered LangGraph graph (None for
+    Criogen's own workflows and agents)."""
+    return graph.compiled if getattr(graph, "kind", None) == "langgraph" else None
 
 
 @router.post(

@@ -258,6 +258,7 @@ async def get_state(
 @router.post(
     "/{thread_id}/state",
     response={200: UpdateStateOut, **ERRORS},
+    exclude_unset=True,
     operation_id="update_thread_state",
     summary="Update the thread's state",
 )

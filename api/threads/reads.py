@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from api.auth import Principal
+from api.threads.langgraph import bridged_graph, langgraph_history, langgraph_state
 from api.threads.shapes import _select, state_out, storage
 from criogen import selectors
 from criogen.engine.errors import CheckpointNotFound, InvalidArgument
@@ -54,6 +55,8 @@ def check_checkpoint_id(value: Any, field: str = "checkpoint_id") -> str:
 def get_state(who: Principal, thread_id: str, *, select: list[str] | None = None) -> dict[str, Any]:
     """The thread's current state (its head)."""
     selectors.check_thread_for(who, thread_id)
+    if (compiled := bridged_graph(thread_id)) is not None:
+        return langgraph_state(compiled, thread_id, select=select)
     return state_out(thread_id, storage().head(thread_id), select=select)
 
 
@@ -63,6 +66,8 @@ def state_at(
     """The state at one checkpoint of the thread (404 if it has no such checkpoint)."""
     selectors.check_thread_for(who, thread_id)
     cid = check_checkpoint_id(checkpoint_id)
+    if (compiled := bridged_graph(thread_id)) is not None:
+        return langgraph_state(compiled, thread_id, cid, select=select)
     return state_out(thread_id, storage().get_checkpoint(thread_id, cid), select=select)
 
 
@@ -100,6 +105,16 @@ def history(
     cap = int(getattr(settings, "CRIOGEN_MAX_SEARCH_LIMIT", 1000))
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or limit > cap:
         raise InvalidArgument(f"limit is {limit!r}; use 1 to {cap}.", field="limit")
+    if (compiled := bridged_graph(thread_id)) is not None:
+        return langgraph_history(
+            compiled,
+            thread_id,
+            limit=limit,
+            before=None if before is None else check_checkpoint_id(before, "before"),
+            metadata=metadata,
+            select=select,
+            at=None if at is None else check_checkpoint_id(at, "checkpoint.checkpoint_id"),
+        )
     version = None
     if before is not None:
         version = _version_of(thread_id, check_checkpoint_id(before, "before"))

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from api.auth import Principal
+from api.threads.langgraph import bridged_graph
 from api.threads.reads import check_checkpoint_id, load_thread
 from api.threads.shapes import _checkpoint_ref
 from criogen import selectors
@@ -170,6 +171,8 @@ def update_state(
             "graph_id, before updating its state.",
             field="thread_id",
         )
+    if bridged_graph(thread_id) is not None:
+        return _update_langgraph_state(who, thread_id, values, as_node, checkpoint_id)
     # checkpoint_id is the head the caller saw: compare-and-set, a 409 stale_head naming
     # the current head when it moved on (to change an older checkpoint, rewind to it
     # with a run from that checkpoint first).
@@ -183,3 +186,20 @@ def update_state(
         expected=expected,
     )
     return {"checkpoint": _checkpoint_ref(thread_id, cp.id)}
+
+
+def _update_langgraph_state(
+    who: Principal, thread_id: str, values: Any, as_node: str | None, checkpoint_id: str | None
+) -> dict[str, Any]:
+    """A LangGraph thread, as LangGraph's server: ``checkpoint_id`` is the LangGraph
+    checkpoint to fork from (the newest when None); the answer names the fork."""
+    cp = services.update_thread_state(
+        thread_id=thread_id,
+        values=values,
+        as_node=as_node,
+        by=who.name or "api",
+        door="api",
+        checkpoint_id=check_checkpoint_id(checkpoint_id) if checkpoint_id is not None else None,
+    )
+    forked = cp.metadata["langgraph_checkpoint_id"]
+    return {"checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": forked}}

@@ -19,14 +19,17 @@ therefore not part of a transaction the caller has open.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from contextlib import nullcontext
+from typing import Any, TypeVar
 
 from django.db import connections, transaction
 from django.db.models import Q
+from django.utils import timezone
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -43,10 +46,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from criogen.engine.crypto import Cipher, open_without_key
 from criogen.engine.store import Storage
 
-if TYPE_CHECKING:
-    from criogen.storage.models.langgraph import LangGraphCheckpoint
-
-__all__ = ["CriogenSaver"]
+__all__ = ["CriogenSaver", "close_database_threads"]
 
 _PAGE = 100
 """Checkpoints read per query when listing (a filter is applied after decoding)."""
@@ -54,6 +54,71 @@ _EMPTY = "empty"
 """The type of a channel blob that has no value (the channel was cleared)."""
 _THREADS = {"sqlite": 1, "postgresql": 4}
 """Database threads per database: SQLite has one writer at a time anyway."""
+
+_CHECKPOINT = "criogen_lg_checkpoint"
+_BLOB = "criogen_lg_blob"
+_WRITE = "criogen_lg_write"
+_FIELDS = (
+    "thread_id",
+    "checkpoint_ns",
+    "checkpoint_id",
+    "parent_checkpoint_id",
+    "type",
+    "checkpoint",
+    "sealed",
+)
+"""A checkpoint row as :meth:`CriogenSaver._tuple` reads it."""
+_COLUMNS = ", ".join(_FIELDS)
+_UPSERT_CHECKPOINT = (
+    f"INSERT INTO {_CHECKPOINT} (thread_id, checkpoint_ns, checkpoint_id, "  # noqa: S608 - constant names, values as parameters
+    "parent_checkpoint_id, run_id, type, checkpoint, sealed, created_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+    "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id, "
+    "type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint, sealed = EXCLUDED.sealed"
+)
+
+
+@functools.cache
+def _insert_blobs(count: int) -> str:
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * count)
+    return (
+        f"INSERT INTO {_BLOB} (thread_id, checkpoint_ns, channel, version, type, blob, "  # noqa: S608 - constant names, values as parameters
+        f"sealed) VALUES {values} "
+        "ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING"
+    )
+
+
+@functools.cache
+def _insert_writes(count: int, *, replace: bool) -> str:
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * count)
+    conflict = (
+        "DO UPDATE SET task_path = EXCLUDED.task_path, channel = EXCLUDED.channel, "
+        "type = EXCLUDED.type, blob = EXCLUDED.blob, sealed = EXCLUDED.sealed"
+        if replace
+        else "DO NOTHING"
+    )
+    return (
+        f"INSERT INTO {_WRITE} (thread_id, checkpoint_ns, checkpoint_id, task_id, "  # noqa: S608 - constant names, values as parameters
+        f"task_path, idx, channel, type, blob, sealed) VALUES {values} "
+        f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
+    )
+
+
+@functools.cache
+def _qmark(sql: str) -> str:
+    """``sql`` with SQLite's ``?`` placeholders (the SQL here has no ``%`` otherwise)."""
+    return sql.replace("%s", "?")
+
+
+def _fetch(cursor: Any, fetch: str | None) -> list[Any]:
+    if fetch == "all":
+        return list(cursor.fetchall())
+    if fetch == "one":
+        row = cursor.fetchone()
+        return [] if row is None else [row]
+    return []
+
 
 T = TypeVar("T")
 _pools: dict[str, ThreadPoolExecutor] = {}
@@ -72,6 +137,27 @@ def _pool(alias: str) -> ThreadPoolExecutor:
                 initializer=_mark_database_thread,
             )
         return pool
+
+
+def close_database_threads() -> None:
+    """Close the savers' database connections and end their threads (at shutdown, or
+    before a test database is dropped); the next call to a saver starts new ones."""
+    with _pools_lock:
+        pools = list(_pools.items())
+        _pools.clear()
+    for alias, pool in pools:
+        workers = pool._max_workers
+        # One task per thread: each closes its own connection, then waits for the
+        # others, so that no thread takes two.
+        barrier = threading.Barrier(workers)
+
+        def close(alias: str = alias, barrier: threading.Barrier = barrier) -> None:
+            connections[alias].close()
+            barrier.wait(timeout=30)
+
+        for future in [pool.submit(close) for _ in range(workers)]:
+            future.result()
+        pool.shutdown(wait=True)
 
 
 def _mark_database_thread() -> None:
@@ -149,59 +235,70 @@ class CriogenSaver(BaseCheckpointSaver[str]):
     def _checkpoints(self) -> Any:
         return self._tables.LangGraphCheckpoint.objects.using(self.alias)
 
-    def _tuple(self, row: LangGraphCheckpoint) -> CheckpointTuple:
-        body = self._load(row.type, row.checkpoint, row.sealed)
+    def _tuple(self, row: Sequence[Any]) -> CheckpointTuple:
+        """A checkpoint row (:data:`_COLUMNS`) with its channel values and pending
+        writes, read in one statement."""
+        thread_id, ns, checkpoint_id, parent_id, kind, data, sealed = row[:7]
+        body = self._load(kind, data, sealed)
         checkpoint: Checkpoint = body["checkpoint"]
         versions = checkpoint.get("channel_versions") or {}
-        checkpoint["channel_values"] = self._channel_values(row, versions)
-        writes = (
-            self._tables.LangGraphWrite.objects.using(self.alias)
-            .filter(
-                thread_id=row.thread_id,
-                checkpoint_ns=row.checkpoint_ns,
-                checkpoint_id=row.checkpoint_id,
-            )
-            # LangGraph replays a step's writes in this order (writes_sort_key).
-            .order_by("task_path", "task_id", "idx")
-        )
-        pending = [(w.task_id, w.channel, self._load(w.type, w.blob, w.sealed)) for w in writes]
-        parent = None
-        if row.parent_checkpoint_id:
-            parent = _config(row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id)
+        values: dict[str, Any] = {}
+        pending = []
+        for source, channel, key, b_kind, blob, b_sealed in self._related(
+            thread_id, ns, checkpoint_id, versions
+        ):
+            if source == "b":
+                if b_kind != _EMPTY and str(versions.get(channel)) == key:
+                    values[channel] = self._load(b_kind, blob, b_sealed)
+            else:
+                pending.append((key, channel, self._load(b_kind, blob, b_sealed)))
+        checkpoint["channel_values"] = values
+        parent = _config(thread_id, ns, parent_id) if parent_id else None
         return CheckpointTuple(
-            config=_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+            config=_config(thread_id, ns, checkpoint_id),
             checkpoint=checkpoint,
             metadata=body["metadata"],
             parent_config=parent,
             pending_writes=pending,
         )
 
-    def _channel_values(self, row: LangGraphCheckpoint, versions: ChannelVersions) -> dict:
-        if not versions:
-            return {}
-        wanted = {(channel, str(version)) for channel, version in versions.items()}
-        blobs = self._tables.LangGraphBlob.objects.using(self.alias).filter(
-            thread_id=row.thread_id,
-            checkpoint_ns=row.checkpoint_ns,
-            channel__in={c for c, _ in wanted},
-            version__in={v for _, v in wanted},
+    def _related(
+        self, thread_id: str, ns: str, checkpoint_id: str, versions: ChannelVersions
+    ) -> list[tuple[Any, ...]]:
+        """The blobs of ``versions`` and the checkpoint's pending writes, in one
+        statement: rows ``("b", channel, version, type, blob, sealed)`` and ``("w",
+        channel, task_id, type, blob, sealed)``, writes in the order LangGraph replays
+        them (``writes_sort_key``: task path, task id, index)."""
+        params: list[Any] = []
+        parts = []
+        if versions:
+            pairs = " OR ".join("(channel = %s AND version = %s)" for _ in versions)
+            parts.append(
+                "SELECT 'b', channel, version, type, blob, sealed, '', '', 0 "  # noqa: S608 - constant names, values as parameters
+                f"FROM {_BLOB} WHERE thread_id = %s AND checkpoint_ns = %s AND ({pairs})"
+            )
+            params += [thread_id, ns]
+            for channel, version in versions.items():
+                params += [channel, str(version)]
+        parts.append(
+            "SELECT 'w', channel, task_id, type, blob, sealed, task_path, task_id, idx "  # noqa: S608 - constant names, values as parameters
+            f"FROM {_WRITE} WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s"
         )
-        values = {}
-        for blob in blobs:
-            if (blob.channel, blob.version) in wanted and blob.type != _EMPTY:
-                values[blob.channel] = self._load(blob.type, blob.blob, blob.sealed)
-        return values
+        params += [thread_id, ns, checkpoint_id]
+        sql = " UNION ALL ".join(parts) + " ORDER BY 1, 7, 8, 9"
+        return [row[:6] for row in self._statements([(sql, params)], fetch="all")]
 
     def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
-        rows = self._checkpoints().filter(
-            thread_id=conf["thread_id"], checkpoint_ns=conf.get("checkpoint_ns") or ""
-        )
+        sql = f"SELECT {_COLUMNS} FROM {_CHECKPOINT} WHERE thread_id = %s AND checkpoint_ns = %s"  # noqa: S608 - constant names, values as parameters
+        params = [conf["thread_id"], conf.get("checkpoint_ns") or ""]
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
-            rows = rows.filter(checkpoint_id=checkpoint_id)
-        row = rows.order_by("-checkpoint_id").first()
-        return None if row is None else self._tuple(row)
+            sql += " AND checkpoint_id = %s"
+            params.append(checkpoint_id)
+        sql += " ORDER BY checkpoint_id DESC LIMIT 1"
+        found = self._statements([(sql, params)], fetch="one")
+        return None if not found else self._tuple(found[0])
 
     def _list_page(
         self,
@@ -230,7 +327,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
                 Q(checkpoint_id__lt=last_id) | Q(checkpoint_id=last_id, pk__lt=last_pk)
             )
         size = _PAGE if wanted or left is None else min(left, _PAGE)
-        batch = list(rows.order_by("-checkpoint_id", "-pk")[:size])
+        batch = list(rows.order_by("-checkpoint_id", "-pk").values_list(*_FIELDS, "pk")[:size])
         out = []
         for row in batch:
             item = self._tuple(row)
@@ -241,7 +338,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
                 continue
             out.append(item)
         more = len(batch) == size
-        return out, ((batch[-1].checkpoint_id, batch[-1].pk) if more else None)
+        return out, ((batch[-1][2], batch[-1][7]) if more else None)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -259,45 +356,35 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         values = checkpoint.get("channel_values") or {}
         meta = get_serializable_checkpoint_metadata(config, metadata)
         kind, data, sealed = self._dump({"checkpoint": body, "metadata": meta})
-        blobs = []
+        blobs: list[Any] = []
         for channel, version in new_versions.items():
             if channel in values:
                 b_kind, b_data, b_sealed = self._dump(values[channel])
             else:
                 b_kind, b_data, b_sealed = _EMPTY, None, False
-            blobs.append(
-                self._tables.LangGraphBlob(
-                    thread_id=thread_id,
-                    checkpoint_ns=ns,
-                    channel=channel,
-                    version=str(version),
-                    type=b_kind,
-                    blob=b_data,
-                    sealed=b_sealed,
-                )
-            )
-        row = self._tables.LangGraphCheckpoint(
-            thread_id=thread_id,
-            checkpoint_ns=ns,
-            checkpoint_id=checkpoint["id"],
-            parent_checkpoint_id=conf.get("checkpoint_id") or "",
-            run_id=str(meta.get("run_id") or ""),
-            type=kind,
-            checkpoint=data,
-            sealed=sealed,
-        )
-        with transaction.atomic(using=self.alias):
-            # A version names one value: a blob already stored is the same one.
-            self._tables.LangGraphBlob.objects.using(self.alias).bulk_create(
-                blobs, ignore_conflicts=True
-            )
-            # The same checkpoint put again (a retried step) replaces the first.
-            self._checkpoints().bulk_create(
-                [row],
-                update_conflicts=True,
-                unique_fields=["thread", "checkpoint_ns", "checkpoint_id"],
-                update_fields=["parent_checkpoint_id", "run_id", "type", "checkpoint", "sealed"],
-            )
+            blobs += [thread_id, ns, channel, str(version), b_kind, b_data, b_sealed]
+        connection = connections[self.alias]
+        row = [
+            thread_id,
+            ns,
+            checkpoint["id"],
+            conf.get("checkpoint_id") or "",
+            str(meta.get("run_id") or ""),
+            kind,
+            data,
+            sealed,
+            connection.ops.adapt_datetimefield_value(timezone.now()),
+        ]
+        # A version names one value: a blob already stored is the same one. The same
+        # checkpoint put again (a retried step) replaces the first.
+        if not blobs:
+            self._statements([(_UPSERT_CHECKPOINT, row)])
+        elif connection.vendor == "postgresql":
+            # One statement (atomic by itself): one round trip, no BEGIN/COMMIT.
+            sql = f"WITH blobs AS ({_insert_blobs(len(new_versions))}) {_UPSERT_CHECKPOINT}"
+            self._statements([(sql, blobs + row)])
+        else:
+            self._statements([(_insert_blobs(len(new_versions)), blobs), (_UPSERT_CHECKPOINT, row)])
         return _config(thread_id, ns, checkpoint["id"])
 
     def _put_writes(
@@ -307,36 +394,64 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        if not writes:
+            return
         conf = config["configurable"]
-        rows = []
+        thread_id, ns = conf["thread_id"], conf.get("checkpoint_ns") or ""
+        params: list[Any] = []
         for index, (channel, value) in enumerate(writes):
             kind, data, sealed = self._dump(value)
-            rows.append(
-                self._tables.LangGraphWrite(
-                    thread_id=conf["thread_id"],
-                    checkpoint_ns=conf.get("checkpoint_ns") or "",
-                    checkpoint_id=conf["checkpoint_id"],
-                    task_id=task_id,
-                    task_path=task_path,
-                    idx=WRITES_IDX_MAP.get(channel, index),
-                    channel=channel,
-                    type=kind,
-                    blob=data,
-                    sealed=sealed,
-                )
-            )
-        if not rows:
-            return
-        manager = self._tables.LangGraphWrite.objects.using(self.alias)
-        if all(channel in WRITES_IDX_MAP for channel, _ in writes):
-            manager.bulk_create(
-                rows,
-                update_conflicts=True,
-                unique_fields=["thread", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
-                update_fields=["task_path", "channel", "type", "blob", "sealed"],
-            )
-        else:
-            manager.bulk_create(rows, ignore_conflicts=True)
+            params += [
+                thread_id,
+                ns,
+                conf["checkpoint_id"],
+                task_id,
+                task_path,
+                WRITES_IDX_MAP.get(channel, index),
+                channel,
+                kind,
+                data,
+                sealed,
+            ]
+        replace = all(channel in WRITES_IDX_MAP for channel, _ in writes)
+        # One statement: one commit (SQLite syncs its log once per write call).
+        self._statements([(_insert_writes(len(writes), replace=replace), params)])
+
+    def _statements(
+        self, statements: Sequence[tuple[str, Sequence[Any]]], *, fetch: str | None = None
+    ) -> list[Any]:
+        """Run ``statements`` (SQL with ``%s`` placeholders) in one transaction, and the
+        last one's rows when ``fetch`` is ``"one"`` or ``"all"``.
+
+        On SQLite they go to the ``sqlite3`` connection itself, with its ``?``
+        placeholders and its cache of prepared statements: Django's cursor rewrites
+        the placeholders with a regular expression at every call, and its atomic block
+        costs more than the statements here. This thread's connection serves only the
+        saver, in autocommit: a transaction is a plain ``BEGIN`` … ``COMMIT``."""
+        connection = connections[self.alias]
+        if connection.vendor != "sqlite":
+            # One statement is a transaction of its own (autocommit): no BEGIN/COMMIT.
+            block = transaction.atomic(using=self.alias) if len(statements) > 1 else nullcontext()
+            with block, connection.cursor() as cursor:
+                for sql, params in statements:
+                    cursor.execute(sql, params)
+                return _fetch(cursor, fetch)
+        connection.ensure_connection()
+        raw = connection.connection
+        several = len(statements) > 1
+        if several:
+            raw.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, params in statements:
+                cursor = raw.execute(_qmark(sql), params)
+            found = _fetch(cursor, fetch)
+            if several:
+                raw.execute("COMMIT")
+        except BaseException:
+            if several:
+                raw.execute("ROLLBACK")
+            raise
+        return found
 
     # -- deleting, copying, pruning ----------------------------------------------------
 

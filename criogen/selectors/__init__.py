@@ -53,6 +53,7 @@ from criogen.selectors.runs import (
     run_stream_mode,
     runs_for_thread,
     streams_from_langgraph,
+    thread_graph_id,
 )
 from criogen.selectors.search import (
     SORT_FIELDS,
@@ -125,6 +126,7 @@ __all__ = [
     "run_stream_mode",
     "streams_from_langgraph",
     "runs_for_thread",
+    "thread_graph_id",
     "search_assistants",
     "search_crons",
     "search_limit",

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 
 from criogen.engine.errors import RunNotFound
 from criogen.selectors.visibility import Who, visible_runs
-from criogen.storage.models import Run
+from criogen.storage.models import Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "run_stream_mode",
     "runs_for_thread",
     "streams_from_langgraph",
+    "thread_graph_id",
 ]
 
 
@@ -85,6 +86,22 @@ def runs_for_thread(
     if status is not None:
         runs = runs.filter(status=status)
     return list(runs[offset : offset + limit])
+
+
+def thread_graph_id(thread_id: str) -> str | None:
+    """The graph the thread runs: its newest run's, else the ``graph_id`` of its
+    metadata; None for a thread that names none."""
+    found = (
+        Run.objects.filter(thread_id=thread_id)
+        .order_by("-created_at")
+        .values_list("graph_id", flat=True)
+        .first()
+    )
+    if found:
+        return str(found)
+    metadata = Thread.objects.filter(pk=thread_id).values_list("metadata", flat=True).first()
+    named = metadata.get("graph_id") if isinstance(metadata, dict) else None
+    return named if isinstance(named, str) and named else None
 
 
 def active_runs(*, thread_id: str) -> QuerySet[Run]:

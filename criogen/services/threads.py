@@ -27,7 +27,13 @@ from django.utils import timezone
 
 from criogen.engine.checkpoints import Checkpoint as CheckpointData
 from criogen.engine.checkpoints import check_thread_id
-from criogen.engine.errors import Conflict, InvalidArgument, ThreadBusy, ThreadNotFound
+from criogen.engine.errors import (
+    CheckpointNotFound,
+    Conflict,
+    InvalidArgument,
+    ThreadBusy,
+    ThreadNotFound,
+)
 from criogen.engine.store import AuditRecord
 from criogen.engine.threads import check_door
 from criogen.registry import get_graph, storage
@@ -69,6 +75,46 @@ def _graph_thread(thread_id: str) -> Any:
     return get_graph(_thread_assistant(thread_id).graph_id).thread(thread_id)
 
 
+def _langgraph_thread(thread_id: str) -> tuple[Any, Any] | None:
+    """(the bridge thread, the compiled LangGraph graph) when ``thread_id`` runs a
+    LangGraph graph; None for Criogen's own graphs."""
+    from criogen.services.runs import _thread_assistant
+
+    graph = get_graph(_thread_assistant(thread_id).graph_id)
+    if getattr(graph, "kind", None) != "langgraph":
+        return None
+    return graph.thread(thread_id), graph.compiled
+
+
+def _langgraph_checkpoint_id(thread_id: str, checkpoint_id: str) -> str:
+    """A LangGraph checkpoint id as given; one of the bridge's own checkpoints (what the
+    dashboard's timeline lists) as LangGraph's newest checkpoint when it was written:
+    the graph's state at that point."""
+    from criogen.storage.models.langgraph import LangGraphCheckpoint
+
+    try:
+        bridge = storage().get_checkpoint(thread_id, checkpoint_id)
+    except CheckpointNotFound:
+        return checkpoint_id  # LangGraph's (fork_thread says if it has none such)
+    found = (
+        LangGraphCheckpoint.objects.filter(
+            thread_id=thread_id, checkpoint_ns="", created_at__lte=bridge.created_at
+        )
+        .order_by("-checkpoint_id")
+        .values_list("checkpoint_id", flat=True)
+        .first()
+    )
+    if found is None:
+        raise CheckpointNotFound(
+            f"thread {thread_id!r}: checkpoint {checkpoint_id!r} is from before the "
+            "LangGraph graph's first step; there is nothing to rewind to.",
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+            field="checkpoint_id",
+        )
+    return str(found)
+
+
 def _refuse_busy(thread_id: str, doing: str) -> None:
     if not Thread.objects.filter(pk=thread_id).exists():
         raise ThreadNotFound(f"no thread {thread_id!r}.", thread_id=thread_id)
@@ -95,6 +141,24 @@ def rewind_thread(
     CheckpointNotFound, and ThreadBusy (409) while a run is pending or running.
     """
     _refuse_busy(thread_id, "rewinding")
+    if (bridged := _langgraph_thread(thread_id)) is not None:
+        # A LangGraph thread rewinds LangGraph's own history: a copy of its checkpoint
+        # ``checkpoint_id`` becomes the newest, and the next run goes on from it.
+        from criogen.langgraph.verbs import COPY, fork_thread
+
+        checkpoint = fork_thread(
+            *bridged,
+            action="rewind",
+            checkpoint_id=_langgraph_checkpoint_id(thread_id, checkpoint_id),
+            values=None,
+            as_node=COPY,
+            by=by,
+            door=door,
+            expected=expected,
+            details={"checkpoint_id": checkpoint_id},
+        )
+        _touch(thread_id)
+        return checkpoint
     thread = _graph_thread(thread_id)
     checkpoint = thread.rewind(checkpoint_id, by=by, door=door, expected=expected, on_busy="fail")
     _touch(thread_id)
@@ -110,6 +174,7 @@ def update_thread_state(
     by: str | None = None,
     door: str = "python",
     expected: str | None = None,
+    checkpoint_id: str | None = None,
 ) -> CheckpointData:
     """Merge ``values`` into the thread's state as a ``fork`` checkpoint (agents and
     workflows alike), audited as ``update_state`` by ``by`` from ``door``.
@@ -117,11 +182,41 @@ def update_thread_state(
     ``as_node`` (workflows): as if that node had just run. ``expected``: the head the
     caller saw (StaleHead if it moved on). Raises InvalidArgument naming the field,
     ThreadBusy (409) while a run holds the thread.
+
+    A thread running a LangGraph graph forks LangGraph's own history instead, as
+    LangGraph's ``update_state`` does: from its checkpoint ``checkpoint_id`` (the
+    newest when None), ``values`` applied by the graph's reducers as if ``as_node``
+    wrote them; the next run goes on from that fork. ``checkpoint_id`` is only for
+    such threads (InvalidArgument otherwise).
     """
     if values is not None and not isinstance(values, dict):
         raise InvalidArgument(
             "values must be a JSON object of the state keys to change (or null).",
             field="values",
+        )
+    if (bridged := _langgraph_thread(thread_id)) is not None:
+        from criogen.langgraph.verbs import fork_thread
+
+        _refuse_busy(thread_id, "updating its state")
+        checkpoint = fork_thread(
+            *bridged,
+            action="update_state",
+            checkpoint_id=checkpoint_id,
+            values=values,
+            as_node=as_node,
+            by=by,
+            door=door,
+            expected=expected,
+            details={"keys": sorted(values or {}), "values": values or {}}
+            | ({"as_node": as_node} if as_node else {}),
+        )
+        _touch(thread_id)
+        return checkpoint
+    if checkpoint_id is not None:
+        raise InvalidArgument(
+            "checkpoint_id: only a LangGraph thread's state is updated from an older "
+            "checkpoint; rewind this thread to it first.",
+            field="checkpoint_id",
         )
     thread = _graph_thread(thread_id)
     checkpoint = thread.update_state(
@@ -561,5 +656,20 @@ def compact_thread(
         store.compact_thread(thread_id, audit=event)
         thread.expires_at = now + timedelta(minutes=rearm_minutes) if rearm_minutes else None
         thread.save(update_fields=["expires_at"])
+    _compact_langgraph(thread_id)
     logger.info("TTL: compacted thread %r to its head", thread_id)
     return True
+
+
+def _compact_langgraph(thread_id: str) -> None:
+    """A thread running a LangGraph graph keeps LangGraph's newest checkpoint too (per
+    namespace, with its writes and the channel values it reads). The saver writes on
+    its own connection: after the compaction's transaction, so SQLite's one writer is
+    free."""
+    from criogen.storage.models.langgraph import LangGraphCheckpoint
+
+    if not LangGraphCheckpoint.objects.filter(thread_id=thread_id).exists():
+        return
+    from criogen.registry import langgraph_saver
+
+    langgraph_saver().prune([thread_id], strategy="keep_latest")

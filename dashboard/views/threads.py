@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from criogen import Storage, registry
-from criogen.engine.errors import CheckpointNotFound
+from criogen.engine.errors import CheckpointNotFound, CriogenError
 from criogen.selectors import checkpoint_row, runs_for_thread
 from criogen.selectors.timeline import edited_calls, timeline_events, timeline_page
 from dashboard import actions
@@ -212,7 +212,31 @@ def timeline_context(thread: Thread, *, before: int | None, selected_id: str) ->
         # The thread's runs (newest ten) from the Run table, through the selectors.
         "runs": runs_for_thread(thread_id=thread.pk, limit=10),
         "assistant": assistant_of(thread),
+        "langgraph_steps": langgraph_steps(thread),
     }
+
+
+LANGGRAPH_STEPS = 50
+"""LangGraph steps listed on a thread's page (newest first)."""
+
+
+def langgraph_steps(thread: Thread) -> list[dict[str, Any]] | None:
+    """A thread running a LangGraph graph: LangGraph's own steps, newest first, with
+    the nodes each ran (the timeline lists the bridge's turns); None otherwise."""
+    graph_id = assistant_of(thread)
+    if not graph_id:
+        return None
+    from criogen.registry import get_graph
+
+    try:
+        graph = get_graph(graph_id)
+    except CriogenError:
+        return None
+    if getattr(graph, "kind", None) != "langgraph":
+        return None
+    from criogen.langgraph.states import step_rows
+
+    return step_rows(graph.compiled, thread.pk, limit=LANGGRAPH_STEPS)
 
 
 def panel_context(thread: Thread, checkpoint_id: str) -> dict[str, Any]:

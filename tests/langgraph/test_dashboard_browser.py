@@ -182,3 +182,27 @@ def test_an_interrupts_response_schema_is_answered_with_a_form(
         page.context.close()
     state = server.call(lambda c: c.threads.get_state(tid))
     assert state["values"]["note"] == {"text": "salty", "stars": 4}
+
+
+def test_the_thread_page_lists_langgraphs_own_steps_with_their_nodes(
+    served: tuple[Any, Path], chromium: Any
+) -> None:
+    server, _ = served
+    tid = _start(server, "lc_refunds_strict", "refund order 13 by 2")
+    history = server.call(lambda c: c.threads.get_history(tid, limit=50))
+    page = _open(chromium, server, tid)
+    try:
+        steps = page.locator("#langgraph-steps tbody tr")
+        # One row per LangGraph checkpoint, newest first, as the REST history has them.
+        expect(steps).to_have_count(len(history))
+        newest = steps.first
+        expect(newest).to_have_attribute("data-step", str(history[0]["metadata"]["step"]))
+        expect(newest).to_contain_text("HumanInTheLoopMiddleware.after_model")
+        expect(newest).to_contain_text("waiting")
+        # The model's step names the node that ran.
+        expect(steps.nth(1)).to_contain_text("model")
+        expect(steps.last).to_contain_text("input")
+        short = history[0]["checkpoint"]["checkpoint_id"][:8]
+        expect(newest.locator("code")).to_have_text(short)
+    finally:
+        page.context.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -132,6 +133,7 @@ class OrmMaintenance(OrmAudit):
                     )
                     for v in Value.objects.using(db).filter(thread_id=thread_id).iterator()
                 )
+                self._copy_langgraph(thread_id, new_thread_id)
                 if audit is not None:
                     self._insert_audit([replace(audit, after=head_id)])
         except IntegrityError as exc:
@@ -140,3 +142,25 @@ class OrmMaintenance(OrmAudit):
                 thread_id=new_thread_id,
             ) from exc
         return head_id
+
+    def _copy_langgraph(self, thread_id: str, new_thread_id: str) -> None:
+        """The LangGraph checkpoints, channel values and pending writes of a thread
+        running a LangGraph graph (``criogen_lg_*``), under the new thread with the same
+        checkpoint ids, as LangGraph's own ``copy_thread`` does. Rows are copied as
+        stored (sealed ones stay sealed)."""
+        from criogen.storage.models.langgraph import (
+            LangGraphBlob,
+            LangGraphCheckpoint,
+            LangGraphWrite,
+        )
+
+        models: tuple[type[Any], ...] = (LangGraphBlob, LangGraphCheckpoint, LangGraphWrite)
+        for model in models:
+            manager = model.objects.using(self.alias)
+            copies = []
+            for row in manager.filter(thread_id=thread_id).order_by("pk").iterator():
+                row.pk = None
+                row.thread_id = new_thread_id
+                copies.append(row)
+            if copies:
+                manager.bulk_create(copies, batch_size=500)

@@ -34,6 +34,7 @@ __all__ = [
     "graph_ids",
     "langgraph_saver",
     "reset",
+    "serves_langgraph",
     "state_declaration",
     "storage",
 ]
@@ -43,6 +44,7 @@ _graphs: dict[str, Any] = {}
 _storage: Storage | None = None
 _saver: Any = None
 _langgraph_graphs: dict[str, str] | None = None
+_serves_langgraph: bool | None = None
 
 
 def storage() -> Storage:
@@ -136,6 +138,25 @@ def get_graph(graph_id: str) -> Any:
         return graph
 
 
+def serves_langgraph() -> bool:
+    """Whether any registered graph is a LangGraph graph (loaded once, until
+    :func:`reset`): readers of a thread skip looking up its graph when none is."""
+    global _serves_langgraph
+    with _lock:
+        if _serves_langgraph is None:
+            found = False
+            for graph_id in graph_ids():
+                try:
+                    graph = get_graph(graph_id)
+                except GraphNotFound:
+                    continue  # reported where the graph is used
+                if getattr(graph, "kind", None) == "langgraph":
+                    found = True
+                    break
+            _serves_langgraph = found
+        return _serves_langgraph
+
+
 def state_declaration(graph_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """``(state_schema, reducers)`` of a Criogen workflow registered as ``graph_id`` that
     declares its state (``Workflow(state_schema=...)``); None for one that declares
@@ -154,10 +175,11 @@ def state_declaration(graph_id: str) -> tuple[dict[str, Any], dict[str, Any]] | 
 def reset() -> None:
     """Forget the loaded graphs, so the next get_graph() reads the settings again
     (tests that change them). The shared storage, and its listeners, stay."""
-    global _langgraph_graphs
+    global _langgraph_graphs, _serves_langgraph
     with _lock:
         _graphs.clear()
         _langgraph_graphs = None
+        _serves_langgraph = None
 
 
 def _load(graph_id: str) -> Any:

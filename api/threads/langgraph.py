@@ -16,12 +16,14 @@ __all__ = ["bridged_graph", "langgraph_history", "langgraph_state"]
 
 def bridged_graph(thread_id: str) -> Any | None:
     """The compiled LangGraph graph the thread runs, or None when it runs one of
-    Criogen's own graphs (or none)."""
+    Criogen's own graphs (or none). No query when no LangGraph graph is registered."""
+    from criogen.registry import get_graph, serves_langgraph
+
+    if not serves_langgraph():
+        return None
     graph_id = selectors.thread_graph_id(thread_id)
     if graph_id is None:
         return None
-    from criogen.registry import get_graph
-
     try:
         graph = get_graph(graph_id)
     except GraphNotFound:

@@ -114,11 +114,15 @@ def active_runs(*, thread_id: str) -> QuerySet[Run]:
 def streams_from_langgraph(run_id: Any) -> bool:
     """Whether the run ``run_id`` runs a bridged LangGraph graph, which streams its own
     chunks (:mod:`criogen.langgraph.streams`) instead of having its stream events made
-    from checkpoints. False for an unknown run or a graph that does not load."""
+    from checkpoints. False for an unknown run or a graph that does not load; no query
+    when no LangGraph graph is registered."""
+    from criogen.registry import get_graph, serves_langgraph
+
+    if not serves_langgraph():
+        return False
     graph_id = Run.objects.filter(pk=run_id).values_list("graph_id", flat=True).first()
     if graph_id is None:
         return False
-    from criogen.registry import get_graph
 
     try:
         graph = get_graph(graph_id)

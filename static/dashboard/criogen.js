@@ -157,10 +157,14 @@
       var reason = card.querySelector("[data-reason]");
       if (reason && reason.value) saved.typed[card.dataset.thread] = reason.value;
       var problem = card.querySelector("[data-request-error]");
-      if (problem) saved.problems[card.dataset.thread] = problem.textContent;
+      var marked = card.querySelector("[data-marked-invalid]");
+      if (problem) saved.problems[card.dataset.thread] = [problem.textContent, marked ? marked.name : null];
     });
-    var focused = document.querySelector(".card.waiting.focus");
-    saved.focus = focused ? focused.dataset.thread : null;
+    // The j/k selection: an inbox card (by thread) or a timeline row (by version).
+    var focused = document.querySelector(".card.waiting.focus, .timeline li.cp.focus");
+    saved.focus = !focused ? null : focused.dataset.thread
+      ? '#inbox-list [data-thread="' + CSS.escape(focused.dataset.thread) + '"]'
+      : '.timeline li.cp[data-version="' + CSS.escape(focused.dataset.version || "") + '"]';
     saved.hadFocus = !!focused && (document.activeElement === focused || focused.contains(document.activeElement));
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
@@ -178,11 +182,13 @@
     Object.keys(saved.problems).forEach(function (tid) {
       var card = document.querySelector('#inbox-list [data-thread="' + CSS.escape(tid) + '"]');
       var form = card && card.querySelector("form");
-      if (form) showProblem(form, saved.problems[tid]);
+      if (!form) return;
+      var note = showProblem(form, saved.problems[tid][0]);
+      markField(form, saved.problems[tid][1], note);
     });
     if (saved.focus) {
-      var card = document.querySelector('#inbox-list [data-thread="' + CSS.escape(saved.focus) + '"]');
-      if (card) select(card, saved.hadFocus);
+      var again = document.querySelector(saved.focus);
+      if (again && !again.classList.contains("focus")) select(again, saved.hadFocus);
     }
     saved = null;
   });

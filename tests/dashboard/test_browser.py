@@ -21,8 +21,12 @@ def card(page: Any, thread_id: str) -> Any:
 
 
 def wait_live(page: Any) -> None:
-    """Wait until the page's WebSocket is open (its first push re-syncs the page)."""
+    """Wait until the page's WebSocket is open and its first push (the consumer sends
+    one on every connect: it re-syncs the page) has been applied. A test that acts
+    before that push races it: the push re-renders what the test just clicked or
+    selected."""
     expect(page.locator("body")).to_have_attribute("data-live", "open")
+    expect(page.locator("body")).to_have_attribute("data-live-messages", re.compile(r"^[1-9]"))
 
 
 def test_an_operator_resumes_a_workflow_and_watches_it_complete(

@@ -63,3 +63,28 @@ def test_the_panel_follows_the_head_it_showed(signed_in, dashboard_server) -> No
     # A checkpoint picked by hand stays put when the thread moves on.
     page.locator('#timeline li[data-version="2"] a.v').click()
     expect(page.locator("#panel h2")).to_contain_text("v2")
+
+
+def test_the_timeline_row_selected_with_j_stays_selected_across_a_live_re_render(
+    signed_in, dashboard_server
+) -> None:
+    tid = dashboard_server.start_refund("refund order 7 of 7 EUR")
+    page = signed_in("olga")
+    page.add_init_script(
+        "document.addEventListener('htmx:wsOpen', e => { window.__socket = e.detail.socketWrapper; });"
+    )
+    page.goto(f"/ui/threads/{tid}/")
+    wait_live(page)
+    page.locator("body").press("j")
+    page.locator("body").press("j")  # the second row: not where a fresh page starts
+    second = page.locator("#timeline li.cp").nth(1)
+    expect(second).to_be_focused()
+    version = second.get_attribute("data-version")
+    seen = live_messages(page)
+    # A new socket's first message re-renders the timeline.
+    page.evaluate("() => window.__socket.reconnect()")
+    expect(page.locator("body")).not_to_have_attribute("data-live-messages", str(seen))
+    row = page.locator(f'#timeline li.cp[data-version="{version}"]')
+    expect(row).to_be_focused()
+    expect(row).to_have_attribute("aria-current", "true")
+    expect(page.locator("#timeline li.cp[aria-current]")).to_have_count(1)

@@ -550,6 +550,18 @@ def _tokens(bob: httpx.Client, olga: httpx.Client, path: str, world: World) -> i
     return 1 + len(theirs)
 
 
+def _staff_only(bob: httpx.Client, olga: httpx.Client, path: str, world: World) -> int:
+    """Notification settings are the site's: neither an owner nor an operator who is not
+    staff may read or change them."""
+    change = {"assistant": "refunds", "version": "1", "webhook": "https://evil.example/"}
+    checked = _status(bob.get(path), 403) + _status(olga.get(path), 403)
+    return (
+        checked
+        + _status(post_form(bob, path, change), 403)
+        + _status(post_form(olga, path, change), 403)
+    )
+
+
 def _public_icon(bob: httpx.Client, olga: httpx.Client, path: str, world: World) -> int:
     """The favicon is the same static file for everyone: it names nobody's data."""
     response = bob.get(path)
@@ -570,6 +582,7 @@ DASHBOARD_CASES: dict[str, Callable[[httpx.Client, httpx.Client, str, World], in
     "thread_claim": _claim,
     "inbox_bulk": _bulk,
     "tokens": _tokens,
+    "notifications": _staff_only,
     "favicon": _public_icon,
 }
 PUBLIC_ROUTES = {"favicon"}

@@ -103,7 +103,7 @@ async def search_threads(request: HttpRequest, payload: ThreadSearchIn) -> HttpR
 
 
 def _search_threads(who: Principal, payload: ThreadSearchIn) -> tuple[list[dict[str, Any]], int]:
-    found = selectors.search_threads(
+    found, total = selectors.search_page(
         who,
         metadata=payload.metadata,
         values=payload.values,
@@ -120,21 +120,7 @@ def _search_threads(who: Principal, payload: ThreadSearchIn) -> tuple[list[dict[
         if payload.extract:
             item["extracted"] = {k: _extract(item, path) for k, path in payload.extract.items()}
         out.append(_only(item, payload.select))
-    return out, _search_total(who, payload, len(out))
-
-
-def _search_total(who: Principal, payload: ThreadSearchIn, found: int) -> int:
-    """How many threads match the search. A page shorter than the limit ends the list,
-    so it tells the total; a full page (or an empty one past the end) needs a count."""
-    if found < selectors.search_limit(payload.limit) and (found or not payload.offset):
-        return payload.offset + found
-    return selectors.count_threads(
-        who,
-        metadata=payload.metadata,
-        values=payload.values,
-        status=payload.status,
-        ids=payload.ids,
-    )
+    return out, total
 
 
 @router.post(

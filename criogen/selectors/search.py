@@ -21,6 +21,7 @@ __all__ = [
     "count_threads",
     "filter_metadata",
     "search_limit",
+    "search_page",
     "search_threads",
 ]
 
@@ -119,6 +120,66 @@ def search_threads(
     sort_order: str | None = None,
 ) -> list[tuple[Thread, Checkpoint | None]]:
     """Threads matching every filter, with their heads; newest first by default."""
+    return _search(
+        who,
+        metadata=metadata,
+        values=values,
+        status=status,
+        ids=ids,
+        limit=limit,
+        offset=offset,
+        sort_by=sort_by,
+        sort_order=sort_order,
+    )[0]
+
+
+def search_page(
+    who: Who,
+    *,
+    metadata: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
+    status: str | None = None,
+    ids: list[str] | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    sort_by: str | None = None,
+    sort_order: str | None = None,
+) -> tuple[list[tuple[Thread, Checkpoint | None]], int]:
+    """:func:`search_threads`' page, and how many threads match (a search's
+    ``X-Pagination-Total``). A page shorter than the limit ends the list, so it tells
+    the total; a full page (or an empty one past the end) needs a count, which counts
+    the queryset the page came from instead of building it again."""
+    found, qs, limit = _search(
+        who,
+        metadata=metadata,
+        values=values,
+        status=status,
+        ids=ids,
+        limit=limit,
+        offset=offset,
+        sort_by=sort_by,
+        sort_order=sort_order,
+    )
+    if len(found) < limit and (found or not offset):
+        return found, offset + len(found)
+    if values:
+        return found, count_threads(who, metadata=metadata, values=values, status=status, ids=ids)
+    return found, qs.count()
+
+
+def _search(
+    who: Who,
+    *,
+    metadata: dict[str, Any] | None,
+    values: dict[str, Any] | None,
+    status: str | None,
+    ids: list[str] | None,
+    limit: int | None,
+    offset: int,
+    sort_by: str | None,
+    sort_order: str | None,
+) -> tuple[list[tuple[Thread, Checkpoint | None]], QuerySet[Thread], int]:
+    """The page, the filtered threads it came from, and the limit applied."""
     limit = search_limit(limit)
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise InvalidArgument(f"offset is {offset!r}; use 0 or more.", field="offset")
@@ -146,7 +207,7 @@ def search_threads(
         if rows is None:
             rows = list(qs[offset : offset + limit])
         heads = thread_heads(rows)
-        return [(row, heads.get(row.id)) for row in rows]
+        return [(row, heads.get(row.id)) for row in rows], qs, limit
     # State values live in checkpoints, not in the thread row: filter the candidates by
     # their head state, in pages, until the window is full.
     out: list[tuple[Thread, Checkpoint | None]] = []
@@ -161,7 +222,7 @@ def search_threads(
         out.append((row, head))
         if len(out) >= limit:
             break
-    return out
+    return out, qs, limit
 
 
 WINDOW_PER_ROW = 20

@@ -7,6 +7,7 @@ from ninja import NinjaAPI
 from api.auth import auth_backends
 from api.errors import register_exception_handlers
 from api.parser import StrictJsonParser
+from api.render import FastJsonRenderer
 from api.routers import assistants, crons, runs, store, system, threads
 
 api = NinjaAPI(
@@ -19,6 +20,7 @@ api = NinjaAPI(
     docs_url="/docs",
     openapi_url="/openapi.json",
     parser=StrictJsonParser(),
+    renderer=FastJsonRenderer(),
 )
 register_exception_handlers(api)
 api.add_router("/", system.router)

@@ -16,6 +16,7 @@ from ninja import Query, Router
 from api import threads
 from api.aio import db
 from api.auth import Principal, principal
+from api.render import trusted_response
 from api.schemas import (
     ErrorOut,
     HistoryIn,
@@ -31,6 +32,7 @@ from api.schemas import (
     UpdateStateIn,
     UpdateStateOut,
 )
+from api.threads.shapes import THREAD_FIELDS, state_dump, thread_dump
 from criogen import selectors
 from criogen.engine.errors import InvalidArgument
 
@@ -84,9 +86,7 @@ def _create_thread(who: Principal, payload: ThreadCreateIn) -> dict[str, Any]:
     operation_id="search_threads",
     summary="Search threads",
 )
-async def search_threads(
-    request: HttpRequest, response: HttpResponse, payload: ThreadSearchIn
-) -> list[dict[str, Any]]:
+async def search_threads(request: HttpRequest, payload: ThreadSearchIn) -> HttpResponse:
     """Threads by metadata, state values, status and ids; ``limit`` 1 to
     ``CRIOGEN_MAX_SEARCH_LIMIT`` (default min(20, cap)), ``offset``, ``sort_by``.
 
@@ -95,14 +95,15 @@ async def search_threads(
     if payload.extract and len(payload.extract) > 10:
         raise InvalidArgument("extract takes at most 10 paths.", field="extract")
     out, total = await db(_search_threads, principal(request), payload)
-    response["X-Pagination-Total"] = str(total)
+    answer = trusted_response([thread_dump(item, unset=True) for item in out])
+    answer["X-Pagination-Total"] = str(total)
     if payload.offset + len(out) < total:
-        response["X-Pagination-Next"] = str(payload.offset + len(out))
-    return out
+        answer["X-Pagination-Next"] = str(payload.offset + len(out))
+    return answer
 
 
 def _search_threads(who: Principal, payload: ThreadSearchIn) -> tuple[list[dict[str, Any]], int]:
-    found = selectors.search_threads(
+    found, total = selectors.search_page(
         who,
         metadata=payload.metadata,
         values=payload.values,
@@ -119,21 +120,7 @@ def _search_threads(who: Principal, payload: ThreadSearchIn) -> tuple[list[dict[
         if payload.extract:
             item["extracted"] = {k: _extract(item, path) for k, path in payload.extract.items()}
         out.append(_only(item, payload.select))
-    return out, _search_total(who, payload, len(out))
-
-
-def _search_total(who: Principal, payload: ThreadSearchIn, found: int) -> int:
-    """How many threads match the search. A page shorter than the limit ends the list,
-    so it tells the total; a full page (or an empty one past the end) needs a count."""
-    if found < selectors.search_limit(payload.limit) and (found or not payload.offset):
-        return payload.offset + found
-    return selectors.count_threads(
-        who,
-        metadata=payload.metadata,
-        values=payload.values,
-        status=payload.status,
-        ids=payload.ids,
-    )
+    return out, total
 
 
 @router.post(
@@ -176,7 +163,7 @@ async def prune_threads(
 )
 async def get_thread(
     request: HttpRequest, thread_id: str, include: str | None = None
-) -> dict[str, Any]:
+) -> HttpResponse:
     """One thread with its status, values and pending interrupts."""
     if include:
         unknown = [f for f in include.split(",") if f.strip() not in ("ttl", "")]
@@ -185,8 +172,18 @@ async def get_thread(
     return await db(_get_thread, principal(request), thread_id)
 
 
-def _get_thread(who: Principal, thread_id: str) -> dict[str, Any]:
-    return threads.thread_out(threads.load_thread(who, thread_id))
+def _get_thread(who: Principal, thread_id: str) -> HttpResponse:
+    row = threads.load_thread(who, thread_id)
+    return trusted_response(thread_dump(threads.thread_out(row), unset=False))
+
+
+def _state(fn: Any, *args: Any, **kwargs: Any) -> HttpResponse:
+    """``fn(*args, **kwargs)``'s ``ThreadState`` (a list of them for history) as the
+    answer, on the API's database threads."""
+    out = fn(*args, **kwargs)
+    if isinstance(out, list):
+        return trusted_response([state_dump(state) for state in out])
+    return trusted_response(state_dump(out))
 
 
 @router.patch(
@@ -249,10 +246,10 @@ async def get_state(
     thread_id: str,
     subgraphs: bool = False,
     select: list[str] | None = Query(None),  # noqa: B008 - ninja's parameter marker
-) -> dict[str, Any]:
+) -> HttpResponse:
     """The head: ``values``, ``next``, ``tasks``, ``interrupts``, ``checkpoint``,
     ``metadata``, ``created_at``, ``parent_checkpoint``."""
-    return await db(threads.get_state, principal(request), thread_id, select=select)
+    return await db(_state, threads.get_state, principal(request), thread_id, select=select)
 
 
 @router.post(
@@ -294,14 +291,14 @@ async def update_state(
 )
 async def state_at_checkpoint(
     request: HttpRequest, thread_id: str, payload: StateCheckpointIn
-) -> dict[str, Any]:
+) -> HttpResponse:
     """The state at ``checkpoint.checkpoint_id`` (the head if it is null)."""
     who = principal(request)
     _root_namespace(payload.checkpoint, "checkpoint.checkpoint_ns")
     cid = payload.checkpoint.checkpoint_id
     if not cid:
-        return await db(threads.get_state, who, thread_id, select=payload.select)
-    return await db(threads.state_at, who, thread_id, cid, select=payload.select)
+        return await db(_state, threads.get_state, who, thread_id, select=payload.select)
+    return await db(_state, threads.state_at, who, thread_id, cid, select=payload.select)
 
 
 @router.get(
@@ -317,9 +314,11 @@ async def state_at(
     checkpoint_id: str,
     subgraphs: bool = False,
     select: list[str] | None = Query(None),  # noqa: B008 - ninja's parameter marker
-) -> dict[str, Any]:
+) -> HttpResponse:
     """The state at one checkpoint (a UUID; else 422)."""
-    return await db(threads.state_at, principal(request), thread_id, checkpoint_id, select=select)
+    return await db(
+        _state, threads.state_at, principal(request), thread_id, checkpoint_id, select=select
+    )
 
 
 @router.post(
@@ -329,9 +328,7 @@ async def state_at(
     operation_id="post_thread_history",
     summary="Get the thread's history",
 )
-async def post_history(
-    request: HttpRequest, thread_id: str, payload: HistoryIn
-) -> list[dict[str, Any]]:
+async def post_history(request: HttpRequest, thread_id: str, payload: HistoryIn) -> HttpResponse:
     """States newest first: ``limit``, ``checkpoint`` (from this checkpoint back),
     ``before`` (a checkpoint id or object), ``metadata`` (states whose metadata
     contains it)."""
@@ -340,6 +337,7 @@ async def post_history(
     if before is not None and not isinstance(before, str):
         before = before.checkpoint_id
     return await db(
+        _state,
         threads.history,
         principal(request),
         thread_id,
@@ -360,25 +358,11 @@ async def post_history(
 )
 async def get_history(
     request: HttpRequest, thread_id: str, limit: int = 10, before: str | None = None
-) -> list[dict[str, Any]]:
+) -> HttpResponse:
     """States newest first (the GET form: ``limit`` and ``before`` as query params)."""
-    return await db(threads.history, principal(request), thread_id, limit=limit, before=before)
-
-
-THREAD_FIELDS = (
-    "thread_id",
-    "created_at",
-    "updated_at",
-    "state_updated_at",
-    "metadata",
-    "config",
-    "context",
-    "status",
-    "values",
-    "interrupts",
-    "ttl",
-    "extracted",
-)
+    return await db(
+        _state, threads.history, principal(request), thread_id, limit=limit, before=before
+    )
 
 
 def _only(item: dict[str, Any], select: list[str] | None) -> dict[str, Any]:

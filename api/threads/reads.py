@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from api.auth import Principal
+from api.render import dumps
 from api.threads.langgraph import bridged_graph, langgraph_history, langgraph_state
 from api.threads.shapes import _select, state_out, storage
 from criogen import selectors
 from criogen.engine.errors import CheckpointNotFound, InvalidArgument
-from criogen.engine.state import encode
 
 if TYPE_CHECKING:
     from criogen.storage.models import Thread
@@ -137,7 +137,7 @@ def history(
                 continue
             # Bounded in bytes as well as in count: past the budget the page ends early
             # (always with at least one state) and the client pages on with ``before``.
-            size = len(encode(cp.state)) if budget else 0
+            size = len(dumps(cp.state)) if budget else 0  # its UTF-8 bytes
             if out and budget and spent + size > budget:
                 return out
             spent += size

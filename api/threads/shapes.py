@@ -15,11 +15,15 @@ if TYPE_CHECKING:
     from criogen.storage.models import Thread
 
 __all__ = [
+    "STATE_FIELDS",
+    "THREAD_FIELDS",
     "interrupt_out",
+    "state_dump",
     "state_out",
     "storage",
     "task_id",
     "thread_interrupts",
+    "thread_dump",
     "thread_out",
 ]
 
@@ -174,4 +178,107 @@ def _select(state: dict[str, Any], select: list[str] | None) -> dict[str, Any]:
             raise InvalidArgument(
                 f"select has {name!r}; use {', '.join(state)} or values.<key>.", field="select"
             )
+    return out
+
+
+# -- the shapes as their response schemas dump them ---------------------------------------
+# The hot reads answer without ninja validating their output again (api.render): these
+# put the dicts above in the order, and with the defaults, that validating them with
+# ThreadStateOut / ThreadOut and dumping them would give. tests/api/test_trusted_output.py
+# checks each shape against the schemas.
+
+STATE_FIELDS = (
+    "values",
+    "next",
+    "tasks",
+    "interrupts",
+    "checkpoint",
+    "metadata",
+    "created_at",
+    "parent_checkpoint",
+)
+"""``ThreadStateOut``'s fields, in its order."""
+
+THREAD_FIELDS = (
+    "thread_id",
+    "created_at",
+    "updated_at",
+    "state_updated_at",
+    "metadata",
+    "config",
+    "context",
+    "status",
+    "values",
+    "interrupts",
+    "ttl",
+    "extracted",
+)
+"""The fields a thread search may ``select``."""
+
+_THREAD_ORDER = (
+    "thread_id",
+    "created_at",
+    "updated_at",
+    "state_updated_at",
+    "metadata",
+    "status",
+    "values",
+    "interrupts",
+    "config",
+    "context",
+    "ttl",
+    "extracted",
+)
+"""``ThreadOut``'s fields, in its order."""
+
+_INTERRUPT_ORDER = ("id", "value", "node", "reason")
+"""``InterruptOut``'s declared fields, in its order (any other field follows)."""
+
+
+def _interrupt_dump(interrupt: Mapping[str, Any], *, unset: bool) -> dict[str, Any]:
+    if unset:
+        out = {k: interrupt[k] for k in _INTERRUPT_ORDER if k in interrupt}
+    else:
+        out = {k: interrupt.get(k) for k in _INTERRUPT_ORDER}
+    for key, value in interrupt.items():
+        if key not in out:
+            out[key] = value
+    return out
+
+
+def state_dump(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A :func:`state_out` dict as ``ThreadStateOut`` dumps it (``exclude_unset``)."""
+    out = {k: state[k] for k in STATE_FIELDS if k in state}
+    if out.get("interrupts"):
+        out["interrupts"] = [_interrupt_dump(i, unset=True) for i in out["interrupts"]]
+    if out.get("tasks"):
+        out["tasks"] = [
+            {**task, "interrupts": [_interrupt_dump(i, unset=True) for i in task["interrupts"]]}
+            if task.get("interrupts")
+            else task
+            for task in out["tasks"]
+        ]
+    return out
+
+
+def thread_dump(item: Mapping[str, Any], *, unset: bool) -> dict[str, Any]:
+    """A :func:`thread_out` dict as ``ThreadOut`` dumps it: only the fields it has with
+    ``unset`` (``exclude_unset``, as search answers), every field otherwise."""
+    if unset:
+        out = {k: item[k] for k in _THREAD_ORDER if k in item}
+    else:
+        out = {k: item.get(k) for k in _THREAD_ORDER}
+    interrupts = out.get("interrupts")
+    if interrupts:
+        out["interrupts"] = {
+            task: [_interrupt_dump(i, unset=unset) for i in items]
+            for task, items in interrupts.items()
+        }
+    ttl = out.get("ttl")
+    if ttl is not None:
+        out["ttl"] = {
+            "ttl": float(ttl["ttl"]),
+            "strategy": ttl["strategy"],
+            "expires_at": ttl.get("expires_at"),
+        }
     return out

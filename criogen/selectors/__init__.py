@@ -60,6 +60,7 @@ from criogen.selectors.search import (
     count_threads,
     filter_metadata,
     search_limit,
+    search_page,
     search_threads,
 )
 from criogen.selectors.status import (
@@ -130,6 +131,7 @@ __all__ = [
     "search_assistants",
     "search_crons",
     "search_limit",
+    "search_page",
     "search_threads",
     "status_counts",
     "store_collection",

@@ -21,6 +21,7 @@ __all__ = [
     "count_threads",
     "filter_metadata",
     "search_limit",
+    "search_page",
     "search_threads",
 ]
 
@@ -115,6 +116,66 @@ def search_threads(
     sort_order: str | None = None,
 ) -> list[tuple[Thread, Checkpoint | None]]:
     """Threads matching every filter, with their heads; newest first by default."""
+    return _search(
+        who,
+        metadata=metadata,
+        values=values,
+        status=status,
+        ids=ids,
+        limit=limit,
+        offset=offset,
+        sort_by=sort_by,
+        sort_order=sort_order,
+    )[0]
+
+
+def search_page(
+    who: Who,
+    *,
+    metadata: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
+    status: str | None = None,
+    ids: list[str] | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    sort_by: str | None = None,
+    sort_order: str | None = None,
+) -> tuple[list[tuple[Thread, Checkpoint | None]], int]:
+    """:func:`search_threads`' page, and how many threads match (a search's
+    ``X-Pagination-Total``). A page shorter than the limit ends the list, so it tells
+    the total; a full page (or an empty one past the end) needs a count, which counts
+    the queryset the page came from instead of building it again."""
+    found, qs, limit = _search(
+        who,
+        metadata=metadata,
+        values=values,
+        status=status,
+        ids=ids,
+        limit=limit,
+        offset=offset,
+        sort_by=sort_by,
+        sort_order=sort_order,
+    )
+    if len(found) < limit and (found or not offset):
+        return found, offset + len(found)
+    if values:
+        return found, count_threads(who, metadata=metadata, values=values, status=status, ids=ids)
+    return found, qs.count()
+
+
+def _search(
+    who: Who,
+    *,
+    metadata: dict[str, Any] | None,
+    values: dict[str, Any] | None,
+    status: str | None,
+    ids: list[str] | None,
+    limit: int | None,
+    offset: int,
+    sort_by: str | None,
+    sort_order: str | None,
+) -> tuple[list[tuple[Thread, Checkpoint | None]], QuerySet[Thread], int]:
+    """The page, the filtered threads it came from, and the limit applied."""
     limit = search_limit(limit)
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise InvalidArgument(f"offset is {offset!r}; use 0 or more.", field="offset")
@@ -137,10 +198,12 @@ def search_threads(
         rows = None
         if metadata:
             rows = _page_from_window(listed, metadata, field, descending, offset, limit)
+        if rows is None and field != "rest_status":
+            rows = _with_status(qs[offset : offset + limit], field, descending)
         if rows is None:
             rows = list(qs[offset : offset + limit])
         heads = thread_heads(rows)
-        return [(row, heads.get(row.id)) for row in rows]
+        return [(row, heads.get(row.id)) for row in rows], qs, limit
     # State values live in checkpoints, not in the thread row: filter the candidates by
     # their head state, in pages, until the window is full.
     out: list[tuple[Thread, Checkpoint | None]] = []
@@ -155,7 +218,7 @@ def search_threads(
         out.append((row, head))
         if len(out) >= limit:
             break
-    return out
+    return out, qs, limit
 
 
 WINDOW_PER_ROW = 20
@@ -190,27 +253,52 @@ def _page_from_window(
     db = unfiltered.db
     if size > WINDOW_MAX or field == "rest_status" or connections[db].vendor != "postgresql":
         return None
-    window = unfiltered[:size].query
-    status_sql, status_params = window.get_compiler(using=db).compile(
-        window.annotations["rest_status"]
-    )
-    window.set_annotation_mask(())  # the window carries the rows, the page their status
-    inner_sql, inner_params = window.get_compiler(using=db).as_sql()
     # The metadata conditions, as filter_metadata writes them for the whole table.
     probe = filter_metadata(Thread.objects.using(db), metadata).query
     probe.get_initial_alias()
-    where_sql, where_params = probe.get_compiler(using=db).compile(probe.where)
+    where = probe.get_compiler(using=db).compile(probe.where)
+    rows = _with_status(
+        unfiltered[:size], field, descending, where=where, limit=limit, offset=offset
+    )
+    return rows if len(rows) == limit else None
+
+
+def _with_status(
+    page: QuerySet[Thread],
+    field: str,
+    descending: bool,
+    *,
+    where: tuple[str, list[Any]] | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[Thread]:
+    """The rows of ``page`` (sliced, in page order, ``rest_status`` annotated), with
+    their status computed in an outer statement for the rows it returns only, where
+    ``where`` (SQL and parameters) holds, ``limit`` and ``offset`` applied there.
+
+    The database computes a select list's subqueries for every row it reads, skipped
+    ones included: a page at offset 5,000 probed the run index 5,020 times for the
+    status of 20 threads (bench/NOTES.md, 2026-12-01).
+    """
+    db = page.db
+    query = page.query
+    status_sql, status_params = query.get_compiler(using=db).compile(
+        query.annotations["rest_status"]
+    )
+    query.set_annotation_mask(())  # the inner query carries the rows, the outer their status
+    inner_sql, inner_params = query.get_compiler(using=db).as_sql()
     direction = "DESC" if descending else "ASC"
     table = Thread._meta.db_table
-    sql = (
-        f'SELECT "{table}".*, {status_sql} AS "rest_status"'  # noqa: S608
-        f' FROM ({inner_sql}) AS "{table}" WHERE {where_sql}'
-        f' ORDER BY "{table}"."{field}" {direction}, "{table}"."id" {direction}'
-        " LIMIT %s OFFSET %s"
-    )
-    params = [*status_params, *inner_params, *where_params, limit, offset]
-    rows = list(Thread.objects.raw(sql, params, using=db))
-    return rows if len(rows) == limit else None
+    sql = f'SELECT "{table}".*, {status_sql} AS "rest_status" FROM ({inner_sql}) AS "{table}"'  # noqa: S608
+    params: list[Any] = [*status_params, *inner_params]
+    if where is not None:
+        sql += f" WHERE {where[0]}"
+        params.extend(where[1])
+    sql += f' ORDER BY "{table}"."{field}" {direction}, "{table}"."id" {direction}'
+    if limit is not None:
+        sql += " LIMIT %s OFFSET %s"
+        params.extend([limit, offset])
+    return list(Thread.objects.raw(sql, params, using=db))
 
 
 def count_threads(

@@ -95,7 +95,7 @@ async def test_an_async_endpoint_starts_no_thread_and_sends_both_signals(
 
     monkeypatch.setattr(threading.Thread, "start", counting_start)
     for _ in range(3):
-        assert await _call("/ok") == (200, b'{"ok": true}')
+        assert await _call("/ok") == (200, b'{"ok":true}')
     assert starts == []
     loop_thread = threading.current_thread().name
     assert heard == [("started", loop_thread), ("finished", loop_thread)] * 3

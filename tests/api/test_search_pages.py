@@ -188,3 +188,23 @@ async def test_threads_created_together_list_by_id_both_ways(
     assert [t["thread_id"] for t in newest] == sorted((r["id"] for r in rows), reverse=True)
     oldest = await sdk.threads.search(metadata={"mark": mark}, limit=COUNT, sort_order="asc")
     assert [t["thread_id"] for t in oldest] == sorted(r["id"] for r in rows)
+
+
+async def test_every_page_carries_each_threads_own_status(
+    sdk: Any, seeded: tuple[str, list[dict[str, Any]]]
+) -> None:
+    """The status of a page's threads is computed for the page alone (not for every
+    thread skipped to reach it): deep pages, with and without a metadata filter, with
+    a numeric and a boolean value as well as strings."""
+    mark, rows = seeded
+    waiting = {r["id"] for r in rows if r["head_status"] == "suspended"}
+    for metadata in ({"mark": mark}, {"mark": mark, "kind": "common"}):
+        expected = _expected(rows, metadata=metadata)
+        for offset in (0, 7, len(expected) - 3):
+            page = await sdk.threads.search(metadata=metadata, limit=5, offset=offset)
+            assert [t["thread_id"] for t in page] == expected[offset : offset + 5]
+            for t in page:
+                assert t["status"] == ("interrupted" if t["thread_id"] in waiting else "idle")
+    assert await sdk.threads.search(metadata={"mark": mark, "kind": 1}) == []
+    assert await sdk.threads.search(metadata={"mark": mark, "kind": True}) == []
+    assert await sdk.threads.search(metadata={"mark": mark, "kind": None}) == []

@@ -150,3 +150,16 @@ def test_a_signed_out_user_sees_no_thread(thread_id: str) -> None:
     assert not visible_threads(nobody).exists()
     with pytest.raises(ThreadNotFound):
         thread_for(nobody, thread_id)
+    with pytest.raises(ThreadNotFound):
+        check_thread_for(nobody, thread_id)
+
+
+def test_with_auth_off_the_anonymous_operator_sees_every_thread(
+    people: dict[str, Any], thread_id: str
+) -> None:
+    from api.auth import LOCAL  # user None, an operator
+
+    Thread.objects.create(id=thread_id, owner=people["alice"])
+    check_thread_for(LOCAL, thread_id)
+    with pytest.raises(ThreadNotFound):
+        check_thread_for(LOCAL, "no-such-thread")

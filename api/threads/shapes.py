@@ -196,6 +196,8 @@ STATE_FIELDS = (
     "metadata",
     "created_at",
     "parent_checkpoint",
+    "checkpoint_id",
+    "parent_checkpoint_id",
 )
 """``ThreadStateOut``'s fields, in its order."""
 

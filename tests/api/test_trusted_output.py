@@ -130,3 +130,14 @@ def test_the_renderer_writes_ninjas_json_compact(data: Any) -> None:
     assert (
         after == json.dumps(json.loads(before), separators=(",", ":"), ensure_ascii=False).encode()
     )
+
+
+def test_the_dump_orders_follow_the_response_schemas() -> None:
+    """A field added to a response schema must be added to its trusted dump too (a
+    LangGraph thread's state carries ``checkpoint_id``, which only this caught)."""
+    from api.schemas import InterruptOut
+    from api.threads.shapes import _INTERRUPT_ORDER, _THREAD_ORDER, STATE_FIELDS
+
+    assert tuple(ThreadStateOut.model_fields) == STATE_FIELDS
+    assert tuple(ThreadOut.model_fields) == _THREAD_ORDER
+    assert tuple(InterruptOut.model_fields) == _INTERRUPT_ORDER

@@ -12,8 +12,8 @@ runs, then deletes from every table that refers to the thread, one by one. Here:
 The deletion's statements are derived once from the models' own relations (every
 ``CASCADE`` to the thread, and what cascades or is set null from those rows), so a new
 table that refers to threads is deleted with them; a relation the plan cannot express
-(another ``on_delete``, deeper chains, delete signals) sends every deletion back to
-the ORM's collector.
+(another ``on_delete``, deeper chains, many-to-many fields) or a delete signal's
+receiver sends the deletion back to the ORM's collector.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 
 from criogen.engine.store import AuditRecord
 from criogen.storage.orm.base import _SqliteCursor
@@ -54,6 +54,15 @@ class _DeletePlan:
     guard: str
     then: tuple[tuple[str, int], ...]
     """Each statement with its number of ``%s`` (each the thread's id)."""
+    models: tuple[Any, ...]
+    """The models whose rows it deletes or changes: a delete signal connected to any
+    of them (checked at each deletion) needs the collector."""
+
+
+def _has_delete_receivers(model: Any) -> bool:
+    from django.db.models import signals
+
+    return signals.pre_delete.has_listeners(model) or signals.post_delete.has_listeners(model)
 
 
 @functools.cache
@@ -61,16 +70,15 @@ def _delete_plan() -> _DeletePlan | None:
     """The statements of a thread's deletion, from the models' relations; None when a
     relation needs Django's collector (see the module's docstring)."""
     from django.db import models
-    from django.db.models import signals
 
     from criogen.storage.models import Run, Thread
     from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 
+    touched: list[Any] = [Thread]
+
     def plain(model: Any) -> bool:
-        return (
-            not any(s.has_listeners(model) for s in (signals.pre_delete, signals.post_delete))
-            and not model._meta.many_to_many
-        )
+        touched.append(model)
+        return not model._meta.many_to_many
 
     cascades: dict[Any, str] = {
         rel.related_model: rel.field.column
@@ -116,7 +124,7 @@ def _delete_plan() -> _DeletePlan | None:
         f" {run_table} WHERE {run_table}.{run_thread} = criogen_thread.id"
         f" AND {run_table}.status IN ({statuses}))"
     )
-    return _DeletePlan(guard, (*updates, *deletes))
+    return _DeletePlan(guard, (*updates, *deletes), tuple(dict.fromkeys(touched)))
 
 
 class OrmLifecycle(OrmWrites):
@@ -161,7 +169,11 @@ class OrmLifecycle(OrmWrites):
         self, thread_id: str, *, audit: AuditRecord | None = None
     ) -> bool | None:
         plan = _delete_plan()
-        if plan is None or (self.vendor == "sqlite" and not _SQLITE_RETURNING):
+        if (
+            plan is None
+            or (self.vendor == "sqlite" and not _SQLITE_RETURNING)
+            or any(_has_delete_receivers(model) for model in plan.models)
+        ):
             return super().delete_idle_thread(thread_id, audit=audit)
         event = audit if self.audit_enabled else None
         if self.vendor == "postgresql":
@@ -205,7 +217,17 @@ class OrmLifecycle(OrmWrites):
             " EXISTS (SELECT 1 FROM criogen_thread WHERE id = %s)"
         )
         params.append(thread_id)
-        ((deleted, existed),) = self._pg_run(sql, params, fetch=True)
+        connection = connections[self.alias]
+        if connection.in_atomic_block:
+            ((deleted, existed),) = self._pg_run(sql, params, fetch=True)
+        else:
+            try:
+                ((deleted, existed),) = self._pg_run(sql, params, fetch=True)
+            except IntegrityError:
+                # A run was inserted on the thread while this statement waited for the
+                # thread's row (its snapshot does not see it): nothing was deleted, and
+                # the thread is busy after all.
+                return None
         if deleted:
             return True
         return None if existed else False

@@ -3,11 +3,13 @@ PostgreSQL and one short transaction on SQLite (criogen.storage.orm.lifecycle)."
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connections
@@ -174,3 +176,76 @@ def test_a_new_thread_and_its_event_are_one_statement(orm: Any, thread_id: str) 
     with pytest.raises(IntegrityError):
         orm.insert_audited(Thread(id=thread_id), born)
     assert len(orm.audit_events(thread_id=thread_id)) == 1
+
+
+def test_a_run_created_while_the_delete_waits_for_the_row_keeps_the_thread(
+    postgres_url: str, thread_id: str, django_db_blocker: Any
+) -> None:
+    """PostgreSQL: a run is created (thread row locked, a pending run inserted) while the
+    delete waits for the row; once it commits, the delete must not take the thread from
+    under the run: it reports the thread busy (the service then cancels and retries)."""
+    with django_db_blocker.unblock():
+        orm = Storage(postgres_url, audit=True)
+        steps(orm, thread_id)
+        made = busy_thread_rows(orm, thread_id)
+        dsn = postgres_url.replace("postgres://", "postgresql://", 1)
+        outcome: list[Any] = []
+
+        def delete() -> None:
+            try:
+                outcome.append(orm.delete_idle_thread(thread_id))
+            except Exception as exc:  # noqa: BLE001 - the test reports it
+                outcome.append(exc)
+            finally:
+                connections.close_all()
+
+        with psycopg.connect(dsn) as creator, psycopg.connect(dsn, autocommit=True) as watcher:
+            creator.execute("SELECT 1 FROM criogen_thread WHERE id = %s FOR UPDATE", [thread_id])
+            # A new pending run on the thread, as create_run inserts it.
+            creator.execute(
+                "CREATE TEMP TABLE fresh AS SELECT * FROM criogen_run WHERE run_id = %s",
+                [made["run"].pk],
+            )
+            creator.execute("UPDATE fresh SET run_id = gen_random_uuid(), status = 'pending'")
+            (fresh,) = creator.execute(
+                "INSERT INTO criogen_run SELECT * FROM fresh RETURNING run_id"
+            ).fetchone()  # type: ignore[misc]
+            creator.execute(
+                "UPDATE criogen_thread SET updated_at = now() WHERE id = %s", [thread_id]
+            )
+            worker = threading.Thread(target=delete)
+            worker.start()
+            # The delete waits for the row lock the creator holds.
+            deadline = time.monotonic() + 30
+            waiting = 0
+            while not waiting and time.monotonic() < deadline:
+                time.sleep(0.01)
+                (waiting,) = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'"
+                ).fetchone()  # type: ignore[misc]
+            assert waiting, "the delete did not wait for the thread's row"
+            creator.commit()
+            worker.join(30)
+        assert outcome == [None]
+        assert Thread.objects.using(orm.alias).filter(pk=thread_id).exists()
+        assert Run.objects.using(orm.alias).filter(pk=fresh, status="pending").exists()
+
+
+def test_a_delete_signal_receiver_still_hears_of_the_rows_deleted(orm: Any, thread_id: str) -> None:
+    from django.db.models.signals import post_delete
+
+    steps(orm, thread_id)
+    made = busy_thread_rows(orm, thread_id)
+    heard: list[Any] = []
+
+    def receiver(sender: Any, instance: Any, **kwargs: Any) -> None:
+        heard.append(instance.pk)
+
+    post_delete.connect(receiver, sender=Run)
+    try:
+        assert orm.delete_idle_thread(thread_id) is True
+    finally:
+        post_delete.disconnect(receiver, sender=Run)
+    assert heard == [made["run"].pk]
+    assert set(rows_of(orm, thread_id).values()) == {0}

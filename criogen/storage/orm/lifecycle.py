@@ -133,18 +133,26 @@ class OrmLifecycle(OrmWrites):
     # -- creating -------------------------------------------------------------------------
 
     def insert_audited(self, row: Any, audit: AuditRecord | None) -> None:
-        """Insert the model instance ``row`` as ``row.save(force_insert=True)`` would,
-        with ``audit``'s event in the same transaction. Raises IntegrityError when the
-        row exists (nothing written)."""
+        """Insert the model instance ``row`` (its primary key set) as
+        ``row.save(force_insert=True)`` would, with ``audit``'s event in the same
+        transaction. Raises IntegrityError when the row exists (nothing written). With
+        a ``pre_save`` or ``post_save`` receiver for its model, through ``save()``."""
+        from django.db.models import signals
+
         connection = connections[self.alias]
         meta = row._meta
+        event = audit if self.audit_enabled else None
+        if signals.pre_save.has_listeners(type(row)) or signals.post_save.has_listeners(type(row)):
+            with transaction.atomic(using=self.alias):
+                row.save(force_insert=True, using=self.alias)
+                self._insert_audit([event] if event is not None else [])
+            return
         fields = meta.local_concrete_fields
         columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
         values = [f.get_db_prep_save(f.pre_save(row, True), connection) for f in fields]
         insert = (
             f"INSERT INTO {meta.db_table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"  # noqa: S608
         )
-        event = audit if self.audit_enabled else None
         if self.vendor == "postgresql":
             if event is None:
                 self._pg_run(insert, values, fetch=False)

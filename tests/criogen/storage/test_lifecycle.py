@@ -249,3 +249,22 @@ def test_a_delete_signal_receiver_still_hears_of_the_rows_deleted(orm: Any, thre
         post_delete.disconnect(receiver, sender=Run)
     assert heard == [made["run"].pk]
     assert set(rows_of(orm, thread_id).values()) == {0}
+
+
+def test_a_save_signal_receiver_still_hears_of_the_new_row(orm: Any, thread_id: str) -> None:
+    from django.db.models.signals import post_save
+
+    heard: list[Any] = []
+
+    def receiver(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
+        heard.append((instance.pk, created))
+
+    row = Thread(id=thread_id)
+    born = AuditRecord("create", thread_id, "alice", {}, door="api")
+    post_save.connect(receiver, sender=Thread)
+    try:
+        orm.insert_audited(row, born)
+    finally:
+        post_save.disconnect(receiver, sender=Thread)
+    assert heard == [(thread_id, True)]
+    assert [e.action for e in orm.audit_events(thread_id=thread_id)] == ["create"]

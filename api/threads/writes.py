@@ -98,7 +98,7 @@ def update_thread(
 def delete_thread(who: Principal, thread_id: str) -> None:
     """Delete the thread: cancel its active runs, then remove its runs, state and
     whole checkpoint history (DELETE /threads/{id})."""
-    selectors.thread_for(who, thread_id)
+    selectors.check_thread_for(who, thread_id)
     services.delete_thread(thread_id=thread_id, by=who.name or "api", door="api")
 
 

@@ -29,7 +29,7 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -312,6 +312,28 @@ class Storage(ABC):
     def delete_thread(self, thread_id: str, *, audit: AuditRecord | None = None) -> bool:
         """Remove the thread and all its checkpoints; False if it did not exist.
         ``audit``: the event of the person's action, stored with the deletion."""
+
+    def delete_idle_thread(
+        self, thread_id: str, *, audit: AuditRecord | None = None
+    ) -> bool | None:
+        """Delete the thread as :meth:`delete_thread` does, unless it is busy.
+
+        Returns:
+            True when it was deleted, False when it did not exist, None when a lease
+            holds it (a store that keeps runs also refuses while one of them is pending
+            or running): nothing changed, the caller cancels and waits first.
+
+        ``audit``'s ``before`` becomes the deleted head's id.
+        """
+        info = self.thread_info(thread_id)
+        if info is None:
+            return False
+        if info.lease_id is not None:
+            return None
+        if audit is not None:
+            head = self.head(thread_id)
+            audit = replace(audit, before=head.id if head is not None else None)
+        return self.delete_thread(thread_id, audit=audit)
 
     @abstractmethod
     def thread_ids(self, *, limit: int = 100, offset: int = 0) -> list[str]:

@@ -11,6 +11,8 @@ module per concern, composed here:
 - :mod:`.base`: the connection, fast cursors, times, sealing (encryption at rest);
 - :mod:`.leases`: one run per thread (take, renew, give back, thread info);
 - :mod:`.writes`: appending checkpoints and moving the head (the hot path);
+- :mod:`.lifecycle`: creating a thread's row and deleting an idle thread, each with its
+  audit event in one round trip;
 - :mod:`.reads`: checkpoints with their states, history, listing and deleting threads;
 - :mod:`.decisions`: decision records and the effect ledger;
 - :mod:`.maintenance`: rolling a run back, compacting a thread, copying one;
@@ -25,13 +27,16 @@ from criogen.storage.orm.decisions import OrmDecisions
 from criogen.storage.orm.documents import OrmDocuments
 from criogen.storage.orm.facts import OrmFacts
 from criogen.storage.orm.leases import OrmLeases
+from criogen.storage.orm.lifecycle import OrmLifecycle
 from criogen.storage.orm.maintenance import OrmMaintenance
 from criogen.storage.orm.reads import OrmReads
 
 __all__ = ["OrmStorage"]
 
 
-class OrmStorage(OrmLeases, OrmReads, OrmDecisions, OrmMaintenance, OrmFacts, OrmDocuments):
+class OrmStorage(
+    OrmLeases, OrmLifecycle, OrmReads, OrmDecisions, OrmMaintenance, OrmFacts, OrmDocuments
+):
     """Threads and checkpoints in the Django database ``alias`` (SQLite or PostgreSQL)."""
 
     supports_background_writes = True

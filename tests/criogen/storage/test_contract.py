@@ -438,6 +438,31 @@ def test_it_deletes_a_thread_with_all_its_checkpoints(storage: Storage, line: Li
     assert storage.head(line.thread_id).state == {"b": 2}  # type: ignore[union-attr]
 
 
+def test_an_idle_thread_is_deleted_and_a_held_one_is_left_alone(
+    storage_url: str, thread_id: str, django_db_blocker: Any
+) -> None:
+    with django_db_blocker.unblock():
+        storage = Storage(storage_url, audit=True)
+        line = Line(thread_id)
+        assert storage.acquire(thread_id, line.run_id, seconds=LEASE)
+        head = line.write(storage, sets(a=1))
+        gone = AuditRecord("delete", thread_id, "olga", {}, door="api")
+
+        # Held: nothing changes, no event.
+        assert storage.delete_idle_thread(thread_id, audit=gone) is None
+        assert storage.head(thread_id) == head
+        assert storage.audit_events(thread_id=thread_id) == []
+
+        storage.release(thread_id, line.run_id)
+        assert storage.delete_idle_thread(thread_id, audit=gone) is True
+        assert storage.thread_info(thread_id) is None
+        assert storage.history(thread_id) == []
+        (event,) = storage.audit_events(thread_id=thread_id)
+        assert (event.action, event.actor, event.before) == ("delete", "olga", head.id)
+        assert storage.delete_idle_thread(thread_id, audit=gone) is False
+        assert len(storage.audit_events(thread_id=thread_id)) == 1
+
+
 def test_a_thread_created_again_under_a_deleted_ones_id_has_only_its_own_audit_trail(
     storage_url: str, thread_id: str, django_db_blocker: Any, tmp_path: Path
 ) -> None:

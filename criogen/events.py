@@ -175,6 +175,11 @@ class _Publisher:
                 if layer is None or event is None:
                     continue
                 server = self.server_loop
+                if isinstance(layer, InMemoryChannelLayer) and group not in layer.groups:
+                    # No socket of this process listens: nothing to hand over, and no
+                    # coroutine made for a loop that may be ending (a request's own
+                    # loop, which would drop it unawaited).
+                    continue
                 if isinstance(layer, InMemoryChannelLayer) and server and server.is_running():
                     sent = _send_in(server, layer, group, event)
                     await asyncio.wait_for(asyncio.wrap_future(sent), self.SEND_TIMEOUT)

@@ -3,6 +3,7 @@ holds up the code that sends them."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -82,3 +83,28 @@ def test_a_burst_of_stream_chunks_travels_as_one_message_in_order() -> None:
     assert message["type"] == "stream.chunks"
     assert message["run_id"] == "burst-run"
     assert [item[2] for item in message["items"]] == [str(n) for n in range(1000)]
+
+
+def test_an_event_nobody_listens_to_puts_nothing_on_a_request_loop() -> None:
+    """With the in-memory layer, an event is handed to the loop of the request that
+    sent it. A request's loop may end at any moment: a coroutine made for it then is
+    dropped unawaited (a RuntimeWarning, an error in this suite). When no socket of the
+    process listens to the group, nothing is made for that loop at all."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    busy = threading.Event()
+    loop.call_soon_threadsafe(busy.wait)  # the request's loop is busy with its own work
+    saved = events._publisher.server_loop
+    events._publisher.server_loop = loop
+    try:
+        events.send("nobody-listens", {"type": "probe"})
+        # Before, the publisher scheduled the send on that loop and waited for it.
+        assert events.flush(timeout=1.0)
+    finally:
+        events._publisher.server_loop = saved
+        busy.set()
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(timeout=5)
+    assert not asyncio.all_tasks(loop)
+    loop.close()

@@ -7,27 +7,35 @@ connection of a Criogen :class:`~criogen.Storage`. With an encryption key (the
 storage's: ``CRIOGEN_ENCRYPTION_KEY`` or ``encryption_key=``) every payload is sealed
 before it reaches the database, as Criogen's own checkpoints are.
 
-Every method runs its statements on the saver's database threads (a small pool per
-database, shared by the savers of the process), the ``a*`` methods without blocking
-the event loop. LangGraph calls a checkpointer from threads of its own that come and go
-(its background writes, its sync nodes); a Django connection belongs to the thread that
-opened it, so opened there it would be left open when the thread ends. On the pool's
-long-lived threads each connection is opened once and reused. The saver's writes are
-therefore not part of a transaction the caller has open.
+LangGraph calls a checkpointer from threads of its own that come and go (its
+background writes, its sync nodes); a Django connection belongs to the thread that
+opened it, so opened there it would be left open when the thread ends. The saver
+therefore never uses the caller's connection:
+
+- ``get_tuple``, ``put`` and ``put_writes`` called off an event loop run on the
+  caller's thread, on a connection the saver owns (a few per database, shared by the
+  savers of the process, each used by one call at a time), with no thread hop;
+- every other call, and every ``a*`` method (without blocking the event loop), runs on
+  the saver's database threads (a small pool per database), each opening its
+  connection once and reusing it.
+
+:func:`close_database_threads` closes both. The saver's writes are not part of a
+transaction the caller has open.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 from django.utils import timezone
 from langchain_core.runnables import RunnableConfig
@@ -53,7 +61,8 @@ _PAGE = 100
 _EMPTY = "empty"
 """The type of a channel blob that has no value (the channel was cleared)."""
 _THREADS = {"sqlite": 1, "postgresql": 4}
-"""Database threads per database: SQLite has one writer at a time anyway."""
+"""Database threads, and owned connections, per database: SQLite has one writer at a
+time anyway."""
 
 _CHECKPOINT = "criogen_lg_checkpoint"
 _BLOB = "criogen_lg_blob"
@@ -139,12 +148,70 @@ def _pool(alias: str) -> ThreadPoolExecutor:
         return pool
 
 
+class _Owned:
+    """The connections of one database that the savers own for the calls they run on
+    the caller's thread: at most ``size``, each lent to one call at a time."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.lock = threading.Lock()
+        self.idle: list[BaseDatabaseWrapper] = []
+        self.opened: list[BaseDatabaseWrapper] = []
+        self.slots = threading.BoundedSemaphore(_THREADS.get(connections[alias].vendor, 2))
+
+    @contextlib.contextmanager
+    def lend(self) -> Iterator[BaseDatabaseWrapper]:
+        with self.slots:
+            with self.lock:
+                connection = self.idle.pop() if self.idle else None
+            if connection is None:
+                connection = connections.create_connection(self.alias)
+                connection.inc_thread_sharing()  # used by one thread at a time, any thread
+                with self.lock:
+                    self.opened.append(connection)
+            try:
+                _check(connection)
+                yield connection
+            finally:
+                with self.lock:
+                    self.idle.append(connection)
+
+    def close(self) -> None:
+        with self.lock:
+            opened = list(self.opened)
+        for connection in opened:
+            connection.close()
+
+
+_owned: dict[str, _Owned] = {}
+
+
+def _owned_connections(alias: str) -> _Owned:
+    owned = _owned.get(alias)
+    if owned is None:
+        with _pools_lock:
+            owned = _owned.setdefault(alias, _Owned(alias))
+    return owned
+
+
+def _off_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False
+
+
 def close_database_threads() -> None:
     """Close the savers' database connections and end their threads (at shutdown, or
     before a test database is dropped); the next call to a saver starts new ones."""
     with _pools_lock:
         pools = list(_pools.items())
         _pools.clear()
+        owned = list(_owned.values())
+        _owned.clear()
+    for lent in owned:
+        lent.close()
     for alias, pool in pools:
         workers = pool._max_workers
         # One task per thread: each closes its own connection, then waits for the
@@ -164,8 +231,7 @@ def _mark_database_thread() -> None:
     _local.database_thread = True
 
 
-def _on_database_thread(alias: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    connection = connections[alias]
+def _check(connection: BaseDatabaseWrapper) -> None:
     # No request cycle closes a broken connection here: after a database error, a
     # connection that no longer answers is dropped, and the next statement opens one.
     if connection.errors_occurred:
@@ -173,6 +239,10 @@ def _on_database_thread(alias: str, fn: Callable[..., T], *args: Any, **kwargs: 
             connection.errors_occurred = False
         else:
             connection.close()
+
+
+def _on_database_thread(alias: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    _check(connections[alias])
     return fn(*args, **kwargs)
 
 
@@ -363,7 +433,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             else:
                 b_kind, b_data, b_sealed = _EMPTY, None, False
             blobs += [thread_id, ns, channel, str(version), b_kind, b_data, b_sealed]
-        connection = connections[self.alias]
+        connection = self._connection()
         row = [
             thread_id,
             ns,
@@ -417,6 +487,12 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         # One statement: one commit (SQLite syncs its log once per write call).
         self._statements([(_insert_writes(len(writes), replace=replace), params)])
 
+    def _connection(self) -> BaseDatabaseWrapper:
+        """The connection of this call: the one lent to it, else this database
+        thread's."""
+        lent: BaseDatabaseWrapper | None = getattr(_local, "lent", None)
+        return lent if lent is not None else connections[self.alias]
+
     def _statements(
         self, statements: Sequence[tuple[str, Sequence[Any]]], *, fetch: str | None = None
     ) -> list[Any]:
@@ -426,19 +502,28 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         On SQLite they go to the ``sqlite3`` connection itself, with its ``?``
         placeholders and its cache of prepared statements: Django's cursor rewrites
         the placeholders with a regular expression at every call, and its atomic block
-        costs more than the statements here. This thread's connection serves only the
-        saver, in autocommit: a transaction is a plain ``BEGIN`` … ``COMMIT``."""
-        connection = connections[self.alias]
+        costs more than the statements here. The connection serves only the saver, in
+        autocommit: a transaction is a plain ``BEGIN`` … ``COMMIT``, and one statement is
+        a transaction of its own."""
+        connection = self._connection()
+        several = len(statements) > 1
         if connection.vendor != "sqlite":
-            # One statement is a transaction of its own (autocommit): no BEGIN/COMMIT.
-            block = transaction.atomic(using=self.alias) if len(statements) > 1 else nullcontext()
-            with block, connection.cursor() as cursor:
-                for sql, params in statements:
-                    cursor.execute(sql, params)
-                return _fetch(cursor, fetch)
+            with connection.cursor() as cursor:
+                if several:
+                    cursor.execute("BEGIN")
+                try:
+                    for sql, params in statements:
+                        cursor.execute(sql, params)
+                    found = _fetch(cursor, fetch)
+                    if several:
+                        cursor.execute("COMMIT")
+                except BaseException:
+                    if several:
+                        cursor.execute("ROLLBACK")
+                    raise
+                return found
         connection.ensure_connection()
         raw = connection.connection
-        several = len(statements) > 1
         if several:
             raw.execute("BEGIN IMMEDIATE")
         try:
@@ -536,7 +621,20 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             number = int(str(current).split(".", 1)[0])
         return f"{number + 1:032}.{random.getrandbits(48):015d}"
 
-    # -- the interface: each call runs on a database thread ---------------------------
+    # -- the interface: each call runs on an owned connection or a database thread -----
+
+    def _here(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn`` (statements through :meth:`_statements` only) on this thread, on an
+        owned connection; on a database thread when called on an event loop (Django
+        refuses a connection there) or from a database thread."""
+        if getattr(_local, "database_thread", False) or not _off_event_loop():
+            return self._call(fn, *args)
+        with _owned_connections(self.alias).lend() as connection:
+            _local.lent = connection
+            try:
+                return fn(*args)
+            finally:
+                _local.lent = None
 
     def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if getattr(_local, "database_thread", False):
@@ -551,7 +649,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (``checkpoint_id``), else its namespace's
         newest; None when there is none."""
-        return self._call(self._get_tuple, config)
+        return self._here(self._get_tuple, config)
 
     def list(
         self,
@@ -586,7 +684,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """Store ``checkpoint`` (child of ``config``'s checkpoint), with a blob for each
         channel in ``new_versions``; the config that names it."""
-        return self._call(self._put, config, checkpoint, metadata, new_versions)
+        return self._here(self._put, config, checkpoint, metadata, new_versions)
 
     def put_writes(
         self,
@@ -598,7 +696,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         """Store a task's writes after ``config``'s checkpoint. Writing the same task's
         write again keeps the first, except LangGraph's special writes (error,
         interrupt, resume, scheduled), which replace theirs."""
-        self._call(self._put_writes, config, writes, task_id, task_path)
+        self._here(self._put_writes, config, writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, blob and write of ``thread_id`` (all namespaces)."""

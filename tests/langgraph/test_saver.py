@@ -4,12 +4,15 @@ and resumes, history, forks, and encryption at rest seen from the raw tables."""
 from __future__ import annotations
 
 import operator
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
 
+import psycopg
 import pytest
-from django.db import connections
+from django.db import connections, transaction
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -17,6 +20,8 @@ from criogen import Storage
 from criogen.engine.crypto import generate_key
 from criogen.engine.errors import EncryptionKeyInvalid
 from criogen.langgraph import CriogenSaver
+from criogen.langgraph.saver import close_database_threads
+from tests.conftest import PG_HOST, fresh_postgres_database
 
 SECRET = "Tell nobody: the vault code is 7-4-1-9"
 TABLES = ("criogen_lg_checkpoint", "criogen_lg_blob", "criogen_lg_write")
@@ -208,3 +213,95 @@ def test_deleting_a_criogen_thread_deletes_its_langgraph_rows(database: str) -> 
 def test_it_needs_a_database() -> None:
     with pytest.raises(TypeError, match="InMemorySaver"):
         CriogenSaver(Storage())
+
+
+class _ThreadRecordingSerde(JsonPlusSerializer):
+    """LangGraph's serializer, noting the thread each payload is serialized on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[str] = set()
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        self.threads.add(threading.current_thread().name)
+        return super().dumps_typed(obj)
+
+
+def _checkpoint_of(graph: Any, config: dict[str, Any]) -> Any:
+    return graph.checkpointer.get_tuple(graph.get_state(config).config)
+
+
+def test_a_sync_put_from_a_passing_thread_runs_there_and_leaves_it_no_connection(
+    database: str,
+) -> None:
+    serde = _ThreadRecordingSerde()
+    saver = CriogenSaver(Storage(database, encryption_key=False), serde=serde)
+    alias = saver.alias
+    config = _config()
+    seen: dict[str, Any] = {}
+
+    def passing() -> None:
+        stored = _graph(saver).invoke(
+            {"topic": "fog", "notes": [], "approved": False}, config, durability="exit"
+        )
+        seen["interrupted"] = "__interrupt__" in stored
+        # The thread's own Django connection was never opened: nothing is left open
+        # when the thread ends.
+        seen["connection"] = connections[alias].connection
+
+    worker = threading.Thread(target=passing, name="passing-through")
+    worker.start()
+    worker.join()
+
+    assert seen == {"interrupted": True, "connection": None}
+    assert not any(name.startswith("criogen-langgraph-") for name in serde.threads)
+    state = _graph(saver).get_state(config)
+    assert state.values["notes"] == ["draft about fog"]
+
+
+def test_a_sync_put_stays_outside_the_callers_transaction(
+    postgres_url: str, django_db_blocker: Any
+) -> None:
+    # PostgreSQL only: on SQLite the caller's open write transaction holds the one
+    # writer's lock.
+    with django_db_blocker.unblock():
+        saver = CriogenSaver(Storage(postgres_url, encryption_key=False))
+        _stays_outside(saver)
+
+
+def _stays_outside(saver: CriogenSaver) -> None:
+    config = _config()
+    with pytest.raises(RuntimeError, match="undo"), transaction.atomic(using=saver.alias):
+        _graph(saver).invoke({"topic": "ice", "notes": [], "approved": False}, config)
+        raise RuntimeError("undo the caller's transaction")
+
+    assert _graph(saver).get_state(config).values["notes"] == ["draft about ice"]
+
+
+def test_closing_the_database_threads_closes_the_owned_connections(
+    django_db_blocker: Any,
+) -> None:
+    with django_db_blocker.unblock(), fresh_postgres_database("criogen_saver") as url:
+        storage = Storage(url, encryption_key=False)
+        saver = CriogenSaver(storage)
+        config = _config()
+        graph = _graph(saver)
+        worker = threading.Thread(
+            target=graph.invoke, args=({"topic": "dew", "notes": [], "approved": False}, config)
+        )
+        worker.start()
+        worker.join()
+        assert graph.get_state(config).values["notes"] == ["draft about dew"]
+        name = url.rsplit("/", 1)[1]
+
+        def others() -> int:
+            with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test") as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [name]
+                ).fetchone()
+                return int(row[0]) if row else 0
+
+        connections[storage.alias].close()
+        assert others() > 0
+        close_database_threads()
+        assert others() == 0

@@ -78,19 +78,17 @@ def orm_storage() -> OrmStorage:
     return cast("OrmStorage", storage())
 
 
-def _graph_thread(thread_id: str) -> Any:
-    """The engine's thread (agent or workflow) for ``thread_id``, from its assistant."""
+def _thread_graph(thread_id: str) -> Any:
+    """The graph the thread runs (agent, workflow or LangGraph graph), from its
+    assistant: one read of its last run."""
     from criogen.services.runs import _thread_assistant
 
-    return get_graph(_thread_assistant(thread_id).graph_id).thread(thread_id)
+    return get_graph(_thread_assistant(thread_id).graph_id)
 
 
-def _langgraph_thread(thread_id: str) -> tuple[Any, Any] | None:
-    """(the bridge thread, the compiled LangGraph graph) when ``thread_id`` runs a
-    LangGraph graph; None for Criogen's own graphs."""
-    from criogen.services.runs import _thread_assistant
-
-    graph = get_graph(_thread_assistant(thread_id).graph_id)
+def _bridged(graph: Any, thread_id: str) -> tuple[Any, Any] | None:
+    """(the bridge thread, the compiled LangGraph graph) when ``graph`` is a LangGraph
+    graph; None for Criogen's own graphs."""
     if getattr(graph, "kind", None) != "langgraph":
         return None
     return graph.thread(thread_id), graph.compiled
@@ -151,7 +149,8 @@ def rewind_thread(
     CheckpointNotFound, and ThreadBusy (409) while a run is pending or running.
     """
     _refuse_busy(thread_id, "rewinding")
-    if (bridged := _langgraph_thread(thread_id)) is not None:
+    graph = _thread_graph(thread_id)
+    if (bridged := _bridged(graph, thread_id)) is not None:
         # A LangGraph thread rewinds LangGraph's own history: a copy of its checkpoint
         # ``checkpoint_id`` becomes the newest, and the next run goes on from it.
         from criogen.langgraph.verbs import COPY, fork_thread
@@ -169,7 +168,7 @@ def rewind_thread(
         )
         _touch(thread_id)
         return checkpoint
-    thread = _graph_thread(thread_id)
+    thread = graph.thread(thread_id)
     checkpoint = thread.rewind(checkpoint_id, by=by, door=door, expected=expected, on_busy="fail")
     _touch(thread_id)
     logger.info("thread %r rewound to %s by %s", thread_id, checkpoint_id, by or "unknown")
@@ -204,7 +203,8 @@ def update_thread_state(
             "values must be a JSON object of the state keys to change (or null).",
             field="values",
         )
-    if (bridged := _langgraph_thread(thread_id)) is not None:
+    graph = _thread_graph(thread_id)
+    if (bridged := _bridged(graph, thread_id)) is not None:
         from criogen.langgraph.verbs import fork_thread
 
         _refuse_busy(thread_id, "updating its state")
@@ -228,7 +228,7 @@ def update_thread_state(
             "checkpoint; rewind this thread to it first.",
             field="checkpoint_id",
         )
-    thread = _graph_thread(thread_id)
+    thread = graph.thread(thread_id)
     checkpoint = thread.update_state(
         values or {}, as_node=as_node, by=by, door=door, expected=expected, on_busy="fail"
     )

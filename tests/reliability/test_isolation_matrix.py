@@ -151,6 +151,7 @@ ASSISTANT_READS = {
     "get_assistant_graph",
     "get_assistant_schemas",
     "get_assistant_subgraphs",
+    "get_assistant_subgraphs_by_namespace",
     "get_assistant_versions",
 }
 """Assistants are shared by all users (api/routers/assistants.py): reading one is allowed."""
@@ -164,6 +165,7 @@ def fill(path: str, world: World, *, thread: str | None = None) -> str:
         "cron_id": world.cron,
         "assistant_id": world.assistant,
         "checkpoint_id": world.waiting_head,
+        "namespace": "sub",
     }
     if "{run_id}" in path and thread is None:
         values["thread_id"] = world.thread  # the run is on this thread

@@ -7,9 +7,12 @@ Run it from the project folder::
 
 The same compiled LangGraph graph (the 3-node graph of ``bench/langgraph_compare.py``:
 START → a → b → c → END over a ~1 KB payload, a fresh thread per run, one client) runs
-with ``invoke(..., durability=mode)`` on two checkpointers per database, alternating in
-``--rounds`` short rounds so that they share the machine's load (ratios compare the
-totals; the per-round ratios are in the JSON too):
+with ``invoke(..., durability=mode)`` on two checkpointers per database, taking turns
+run by run so that they share the machine's load (``--alternate round``: each runs for
+half of each of the ``--rounds`` rounds instead, as before 2026-12-01 20:50 UTC; under a
+load that changes within a second, that spread the rounds' ratios from 0.4 to 6).
+Ratios compare the totals (runs over the time of each engine's own runs); the ratio of
+each of the ``--rounds`` slices is in the JSON too:
 
 - **criogen**: :class:`criogen.langgraph.CriogenSaver` on a fresh Criogen storage
   (``sqlite://`` file, or a fresh PostgreSQL database), no encryption key;
@@ -52,32 +55,20 @@ GOAL = 1.0
 log = engine.log
 
 
-def throughput(graph: Any, mode: str, seconds: float, warmup: int = 5) -> dict[str, Any]:
-    """Fresh threads through ``graph`` for ``seconds``: rates and latencies."""
+def run_once(graph: Any, mode: str) -> None:
+    """One run of ``graph`` on a fresh thread."""
+    config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+    state = {"payload": engine.PAYLOAD, "a": 0, "b": "", "c": False}
+    out: dict[str, Any] = graph.invoke(state, config, durability=mode)
+    if out["c"] is not True:
+        raise RuntimeError("the run did not complete")
 
-    def once() -> dict[str, Any]:
-        config = {"configurable": {"thread_id": str(uuid.uuid4())}}
-        state = {"payload": engine.PAYLOAD, "a": 0, "b": "", "c": False}
-        out: dict[str, Any] = graph.invoke(state, config, durability=mode)
-        if out["c"] is not True:
-            raise RuntimeError("the run did not complete")
-        return out
 
-    for _ in range(warmup):
-        once()
-    latencies: list[float] = []
-    cpu0 = time.process_time()
-    start = now = time.perf_counter()
-    deadline = start + seconds
-    while now < deadline:
-        t0 = now
-        once()
-        now = time.perf_counter()
-        latencies.append(now - t0)
-    elapsed = now - start
-    cpu = time.process_time() - cpu0
-    latencies.sort()
+def summary(latencies: list[float], cpu: float) -> dict[str, Any]:
+    """Rates and latencies of ``latencies`` (seconds per run) and ``cpu`` seconds."""
+    latencies = sorted(latencies)
     n = len(latencies)
+    elapsed = sum(latencies)
     return {
         "runs": n,
         "seconds": round(elapsed, 3),
@@ -86,6 +77,41 @@ def throughput(graph: Any, mode: str, seconds: float, warmup: int = 5) -> dict[s
         "run_p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1000, 3),
         "cpu_ms_per_run": round(cpu / n * 1000, 3),
     }
+
+
+def throughput(graph: Any, mode: str, seconds: float, warmup: int = 5) -> dict[str, Any]:
+    """Fresh threads through ``graph`` for ``seconds``: rates and latencies."""
+    for _ in range(warmup):
+        run_once(graph, mode)
+    latencies: list[float] = []
+    cpu0 = time.process_time()
+    now = time.perf_counter()
+    deadline = now + seconds
+    while now < deadline:
+        t0 = now
+        run_once(graph, mode)
+        now = time.perf_counter()
+        latencies.append(now - t0)
+    return summary(latencies, time.process_time() - cpu0)
+
+
+def run_by_run(graphs: dict[str, Any], mode: str, seconds: float) -> dict[str, dict[str, Any]]:
+    """The graphs in turn, one run each, for ``seconds`` in all: each engine's rates over
+    the time of its own runs, so that a change in the machine's load within the round
+    hits both alike. Each run is timed whole: ``invoke`` returns once its checkpoint
+    writes are done (``async`` and ``exit`` included), and the process's CPU time
+    around it is the run's."""
+    latencies: dict[str, list[float]] = {name: [] for name in graphs}
+    cpu = dict.fromkeys(graphs, 0.0)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for name, graph in graphs.items():
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            run_once(graph, mode)
+            latencies[name].append(time.perf_counter() - t0)
+            cpu[name] += time.process_time() - c0
+    return {name: summary(latencies[name], cpu[name]) for name in graphs}
 
 
 def savers(name: str, tmpdir: str, pg_url: str) -> tuple[Any, Any, list[Callable[[], None]]]:
@@ -127,7 +153,13 @@ def savers(name: str, tmpdir: str, pg_url: str) -> tuple[Any, Any, list[Callable
 
 
 def compare(
-    name: str, modes: list[str], seconds: float, tmpdir: str, pg_url: str, n_rounds: int
+    name: str,
+    modes: list[str],
+    seconds: float,
+    tmpdir: str,
+    pg_url: str,
+    n_rounds: int,
+    alternate: str = "run",
 ) -> dict[str, Any]:
     ours, theirs, cleanup = savers(name, tmpdir, pg_url)
     graphs = {"criogen": build(ours), "langgraph": build(theirs)}
@@ -135,8 +167,19 @@ def compare(
     try:
         for mode in modes:
             rounds: dict[str, list[dict[str, Any]]] = {"criogen": [], "langgraph": []}
+            if alternate == "run":
+                for graph in graphs.values():
+                    for _ in range(5):  # warm-up
+                        run_once(graph, mode)
             for r in range(n_rounds):
                 log(f"{name}/{mode}: round {r + 1}/{n_rounds}")
+                if alternate == "run":
+                    # Both engines in one slice of twice the time: each gets about the
+                    # same share as in the other method.
+                    turns = run_by_run(graphs, mode, 2 * seconds / n_rounds)
+                    for engine_name, cell in turns.items():
+                        rounds[engine_name].append(cell)
+                    continue
                 for engine_name, graph in graphs.items():
                     rounds[engine_name].append(throughput(graph, mode, seconds / n_rounds))
             c, lg = merge(rounds["criogen"]), merge(rounds["langgraph"])
@@ -181,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default=",".join(engine.MODES))
     parser.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL", engine.DEFAULT_PG_URL))
     parser.add_argument("--rounds", type=int, default=3, help="alternations per cell")
+    parser.add_argument(
+        "--alternate",
+        choices=("run", "round"),
+        default="run",
+        help="take turns run by run (default) or for half a round each",
+    )
     parser.add_argument("--table", action="store_true", help="also print a table on stderr")
     args = parser.parse_args(argv)
     backends = engine.parse_list(args.backends, BACKENDS, "backends")
@@ -193,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds_per_cell": args.seconds,
         "rounds": args.rounds,
+        "alternate": args.alternate,
         "machine": engine.machine_facts(),
         "versions": {
             p: metadata.version(p)
@@ -214,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in backends:
             try:
                 report["cells"][name] = compare(
-                    name, modes, args.seconds, tmpdir, args.pg_url, args.rounds
+                    name, modes, args.seconds, tmpdir, args.pg_url, args.rounds, args.alternate
                 )
             except engine.Skip as exc:
                 log(f"{name}: skipped: {exc}")

@@ -26,7 +26,6 @@ transaction the caller has open.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import random
 import threading
@@ -37,7 +36,6 @@ from typing import Any, TypeVar
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
-from django.utils import timezone
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -59,7 +57,12 @@ __all__ = ["CriogenSaver", "close_database_threads"]
 _PAGE = 100
 """Checkpoints read per query when listing (a filter is applied after decoding)."""
 _EMPTY = "empty"
-"""The type of a channel blob that has no value (the channel was cleared)."""
+"""The type of a channel blob that has no value (the channel was cleared; rows of
+this type are no longer written, but older databases hold some)."""
+_INLINE = frozenset({str, int, float, bool, type(None)})
+"""The types of channel values kept in the checkpoint's own body rather than in a blob
+(as LangGraph's PostgreSQL saver does): a put whose new values are all of them writes
+one row. Exact types: a subclass may serialise to more than its base."""
 _THREADS = {"sqlite": 1, "postgresql": 4}
 """Database threads, and owned connections, per database: SQLite has one writer at a
 time anyway."""
@@ -78,14 +81,29 @@ _FIELDS = (
 )
 """A checkpoint row as :meth:`CriogenSaver._tuple` reads it."""
 _COLUMNS = ", ".join(_FIELDS)
-_UPSERT_CHECKPOINT = (
-    f"INSERT INTO {_CHECKPOINT} (thread_id, checkpoint_ns, checkpoint_id, "  # noqa: S608 - constant names, values as parameters
-    "parent_checkpoint_id, run_id, type, checkpoint, sealed, created_at) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-    "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id, "
-    "type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint, sealed = EXCLUDED.sealed"
+_SELECT_NEWEST = (
+    f"SELECT {_COLUMNS} FROM {_CHECKPOINT} WHERE thread_id = %s AND checkpoint_ns = %s "  # noqa: S608 - constant names, values as parameters
+    "ORDER BY checkpoint_id DESC LIMIT 1"
 )
+_SELECT_ONE = (
+    f"SELECT {_COLUMNS} FROM {_CHECKPOINT} WHERE thread_id = %s AND checkpoint_ns = %s "  # noqa: S608 - constant names, values as parameters
+    "AND checkpoint_id = %s"
+)
+_NOW = {"sqlite": "strftime('%Y-%m-%d %H:%M:%f', 'now')", "postgresql": "CURRENT_TIMESTAMP"}
+"""``created_at`` as the database's clock gives it (UTC text on SQLite, as Django
+stores datetimes there), so that no datetime is built and adapted per put."""
+
+
+@functools.cache
+def _upsert_checkpoint(vendor: str) -> str:
+    return (
+        f"INSERT INTO {_CHECKPOINT} (thread_id, checkpoint_ns, checkpoint_id, "  # noqa: S608 - constant names, values as parameters
+        "parent_checkpoint_id, run_id, type, checkpoint, sealed, created_at) "
+        f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {_NOW.get(vendor, 'CURRENT_TIMESTAMP')}) "
+        "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+        "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id, "
+        "type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint, sealed = EXCLUDED.sealed"
+    )
 
 
 @functools.cache
@@ -96,6 +114,13 @@ def _insert_blobs(count: int) -> str:
         f"sealed) VALUES {values} "
         "ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING"
     )
+
+
+@functools.cache
+def _with_blobs(count: int) -> str:
+    """PostgreSQL: the blobs and the checkpoint in one statement (atomic by itself: one
+    round trip, no BEGIN/COMMIT)."""
+    return f"WITH blobs AS ({_insert_blobs(count)}) {_upsert_checkpoint('postgresql')}"
 
 
 @functools.cache
@@ -116,7 +141,7 @@ def _insert_writes(count: int, *, replace: bool) -> str:
 
 @functools.cache
 def _qmark(sql: str) -> str:
-    """``sql`` with SQLite's ``?`` placeholders (the SQL here has no ``%`` otherwise)."""
+    """``sql`` with SQLite's ``?`` placeholders (the SQL here has no other ``%s``)."""
     return sql.replace("%s", "?")
 
 
@@ -132,7 +157,16 @@ def _fetch(cursor: Any, fetch: str | None) -> list[Any]:
 T = TypeVar("T")
 _pools: dict[str, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
-_local = threading.local()
+
+
+class _Local(threading.local):
+    database_thread = False
+    """Set on the saver's database threads."""
+    lent: BaseDatabaseWrapper | None = None
+    """The owned connection lent to this thread's call."""
+
+
+_local = _Local()
 
 
 def _pool(alias: str) -> ThreadPoolExecutor:
@@ -150,31 +184,55 @@ def _pool(alias: str) -> ThreadPoolExecutor:
 
 class _Owned:
     """The connections of one database that the savers own for the calls they run on
-    the caller's thread: at most ``size``, each lent to one call at a time."""
+    the caller's thread: at most ``size``, each lent to one call at a time.
+
+    Taking an idle one is a ``list.pop`` (atomic, no lock); the lock is taken to open
+    one, to wait for one, and to give one back."""
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
+        self.size = _THREADS.get(connections[alias].vendor, 2)
         self.lock = threading.Lock()
+        self.returned = threading.Condition(self.lock)
         self.idle: list[BaseDatabaseWrapper] = []
         self.opened: list[BaseDatabaseWrapper] = []
-        self.slots = threading.BoundedSemaphore(_THREADS.get(connections[alias].vendor, 2))
+        self.waiting = 0
 
-    @contextlib.contextmanager
-    def lend(self) -> Iterator[BaseDatabaseWrapper]:
-        with self.slots:
-            with self.lock:
-                connection = self.idle.pop() if self.idle else None
-            if connection is None:
-                connection = connections.create_connection(self.alias)
-                connection.inc_thread_sharing()  # used by one thread at a time, any thread
-                with self.lock:
+    def take(self) -> BaseDatabaseWrapper:
+        """An idle connection (opened when there is none and fewer than ``size`` are),
+        until :meth:`give`."""
+        try:
+            connection = self.idle.pop()
+        except IndexError:
+            connection = self._wait()
+        try:
+            _check(connection)
+        except BaseException:
+            self.give(connection)
+            raise
+        return connection
+
+    def _wait(self) -> BaseDatabaseWrapper:
+        with self.lock:
+            while True:
+                if self.idle:
+                    return self.idle.pop()
+                if len(self.opened) < self.size:
+                    connection = connections.create_connection(self.alias)
+                    connection.inc_thread_sharing()  # one thread at a time, any thread
                     self.opened.append(connection)
-            try:
-                _check(connection)
-                yield connection
-            finally:
-                with self.lock:
-                    self.idle.append(connection)
+                    return connection
+                self.waiting += 1
+                try:
+                    self.returned.wait()
+                finally:
+                    self.waiting -= 1
+
+    def give(self, connection: BaseDatabaseWrapper) -> None:
+        with self.lock:
+            self.idle.append(connection)
+            if self.waiting:
+                self.returned.notify()
 
     def close(self) -> None:
         with self.lock:
@@ -195,11 +253,7 @@ def _owned_connections(alias: str) -> _Owned:
 
 
 def _off_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return True
-    return False
+    return asyncio._get_running_loop() is None
 
 
 def close_database_threads() -> None:
@@ -311,8 +365,13 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         thread_id, ns, checkpoint_id, parent_id, kind, data, sealed = row[:7]
         body = self._load(kind, data, sealed)
         checkpoint: Checkpoint = body["checkpoint"]
-        versions = checkpoint.get("channel_versions") or {}
-        values: dict[str, Any] = {}
+        # The inline values (older rows have none: every value is in a blob).
+        values: dict[str, Any] = checkpoint.get("channel_values") or {}
+        versions = {
+            channel: version
+            for channel, version in (checkpoint.get("channel_versions") or {}).items()
+            if channel not in values
+        }
         pending = []
         for source, channel, key, b_kind, blob, b_sealed in self._related(
             thread_id, ns, checkpoint_id, versions
@@ -360,14 +419,15 @@ class CriogenSaver(BaseCheckpointSaver[str]):
 
     def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
-        sql = f"SELECT {_COLUMNS} FROM {_CHECKPOINT} WHERE thread_id = %s AND checkpoint_ns = %s"  # noqa: S608 - constant names, values as parameters
-        params = [conf["thread_id"], conf.get("checkpoint_ns") or ""]
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
-            sql += " AND checkpoint_id = %s"
-            params.append(checkpoint_id)
-        sql += " ORDER BY checkpoint_id DESC LIMIT 1"
-        found = self._statements([(sql, params)], fetch="one")
+            statement = (
+                _SELECT_ONE,
+                (conf["thread_id"], conf.get("checkpoint_ns") or "", checkpoint_id),
+            )
+        else:
+            statement = (_SELECT_NEWEST, (conf["thread_id"], conf.get("checkpoint_ns") or ""))
+        found = self._statements([statement], fetch="one")
         return None if not found else self._tuple(found[0])
 
     def _list_page(
@@ -422,17 +482,20 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id = conf["thread_id"]
         ns = conf.get("checkpoint_ns") or ""
-        body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         values = checkpoint.get("channel_values") or {}
+        body = dict(checkpoint)
+        body["channel_values"] = inline = {k: v for k, v in values.items() if type(v) in _INLINE}
         meta = get_serializable_checkpoint_metadata(config, metadata)
         kind, data, sealed = self._dump({"checkpoint": body, "metadata": meta})
+        # A new version of a channel with no value (cleared) needs no row: a version
+        # without a blob reads as no value.
         blobs: list[Any] = []
+        count = 0
         for channel, version in new_versions.items():
-            if channel in values:
+            if channel in values and channel not in inline:
                 b_kind, b_data, b_sealed = self._dump(values[channel])
-            else:
-                b_kind, b_data, b_sealed = _EMPTY, None, False
-            blobs += [thread_id, ns, channel, str(version), b_kind, b_data, b_sealed]
+                blobs += [thread_id, ns, channel, str(version), b_kind, b_data, b_sealed]
+                count += 1
         connection = self._connection()
         row = [
             thread_id,
@@ -443,18 +506,16 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             kind,
             data,
             sealed,
-            connection.ops.adapt_datetimefield_value(timezone.now()),
         ]
         # A version names one value: a blob already stored is the same one. The same
         # checkpoint put again (a retried step) replaces the first.
+        vendor = connection.vendor
         if not blobs:
-            self._statements([(_UPSERT_CHECKPOINT, row)])
-        elif connection.vendor == "postgresql":
-            # One statement (atomic by itself): one round trip, no BEGIN/COMMIT.
-            sql = f"WITH blobs AS ({_insert_blobs(len(new_versions))}) {_UPSERT_CHECKPOINT}"
-            self._statements([(sql, blobs + row)])
+            self._statements([(_upsert_checkpoint(vendor), row)])
+        elif vendor == "postgresql":
+            self._statements([(_with_blobs(count), blobs + row)])
         else:
-            self._statements([(_insert_blobs(len(new_versions)), blobs), (_UPSERT_CHECKPOINT, row)])
+            self._statements([(_insert_blobs(count), blobs), (_upsert_checkpoint(vendor), row)])
         return _config(thread_id, ns, checkpoint["id"])
 
     def _put_writes(
@@ -490,7 +551,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
     def _connection(self) -> BaseDatabaseWrapper:
         """The connection of this call: the one lent to it, else this database
         thread's."""
-        lent: BaseDatabaseWrapper | None = getattr(_local, "lent", None)
+        lent = _local.lent
         return lent if lent is not None else connections[self.alias]
 
     def _statements(
@@ -522,8 +583,10 @@ class CriogenSaver(BaseCheckpointSaver[str]):
                         cursor.execute("ROLLBACK")
                     raise
                 return found
-        connection.ensure_connection()
         raw = connection.connection
+        if raw is None:
+            connection.ensure_connection()
+            raw = connection.connection
         if several:
             raw.execute("BEGIN IMMEDIATE")
         try:
@@ -627,17 +690,18 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         """``fn`` (statements through :meth:`_statements` only) on this thread, on an
         owned connection; on a database thread when called on an event loop (Django
         refuses a connection there) or from a database thread."""
-        if getattr(_local, "database_thread", False) or not _off_event_loop():
+        if _local.database_thread or not _off_event_loop():
             return self._call(fn, *args)
-        with _owned_connections(self.alias).lend() as connection:
-            _local.lent = connection
-            try:
-                return fn(*args)
-            finally:
-                _local.lent = None
+        owned = _owned_connections(self.alias)
+        _local.lent = connection = owned.take()
+        try:
+            return fn(*args)
+        finally:
+            _local.lent = None
+            owned.give(connection)
 
     def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        if getattr(_local, "database_thread", False):
+        if _local.database_thread:
             return _on_database_thread(self.alias, fn, *args, **kwargs)
         future = _pool(self.alias).submit(_on_database_thread, self.alias, fn, *args, **kwargs)
         return future.result()

@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypedDict
 import psycopg
 import pytest
 from django.db import connections, transaction
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
@@ -156,6 +157,80 @@ def _raw_rows(storage: Storage, thread_id: str) -> bytes:
     return seen
 
 
+def _count(storage: Storage, table: str, config: dict[str, Any]) -> int:
+    with connections[storage.alias].cursor() as cursor:  # type: ignore[attr-defined]
+        cursor.execute(
+            f"SELECT COUNT(*) FROM {table} WHERE thread_id = %s",  # noqa: S608
+            [config["configurable"]["thread_id"]],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def _checkpoint(values: dict[str, Any], versions: dict[str, str]) -> Any:
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = values
+    checkpoint["channel_versions"] = versions
+    return checkpoint
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_simple_values_stay_in_the_checkpoint_row_and_the_others_in_blobs(
+    database: str, encrypted: bool
+) -> None:
+    storage = Storage(database, encryption_key=generate_key() if encrypted else False)
+    saver = CriogenSaver(storage)
+    config = _config()
+    config["configurable"]["checkpoint_ns"] = ""
+    values = {"n": 3, "ratio": 0.5, "s": "x", "flag": True, "nothing": None, "obj": {"k": [1]}}
+    versions = {channel: saver.get_next_version(None) for channel in [*values, "cleared"]}
+
+    first = saver.put(config, _checkpoint(values, versions), {"step": 0}, versions)
+    # The next checkpoint: only simple values changed.
+    later = {**versions, "n": saver.get_next_version(versions["n"])}
+    second = saver.put(
+        first, _checkpoint({**values, "n": 4}, later), {"step": 1}, {"n": later["n"]}
+    )
+
+    # One blob in all: the dict's (a cleared channel's version has no row).
+    assert _count(storage, "criogen_lg_blob", config) == 1
+    for saved, expected in ((first, values), (second, {**values, "n": 4})):
+        found = saver.get_tuple(saved)
+        assert found is not None
+        assert found.checkpoint["channel_values"] == expected
+    assert saver.get_tuple(config).checkpoint["channel_values"]["n"] == 4  # type: ignore[union-attr]
+
+
+def test_a_checkpoint_with_every_value_in_a_blob_still_reads(database: str) -> None:
+    # As checkpoints were stored before simple values were kept inline: a body without
+    # channel values, one blob per version, and an ``empty`` blob for a cleared channel.
+    from criogen.storage.models import LangGraphBlob, LangGraphCheckpoint
+
+    storage = Storage(database, encryption_key=False)
+    saver = CriogenSaver(storage)
+    thread_id = f"lg-{uuid.uuid4()}"
+    versions = {"n": "1", "obj": "1", "cleared": "1"}
+    body = _checkpoint({}, versions)
+    del body["channel_values"]
+    kind, data, _ = saver._dump({"checkpoint": body, "metadata": {"step": 0}})
+    LangGraphCheckpoint.objects.using(storage.alias).create(  # type: ignore[attr-defined]
+        thread_id=thread_id, checkpoint_id=body["id"], type=kind, checkpoint=data
+    )
+    for channel, value in (("n", 3), ("obj", {"k": [1]})):
+        b_kind, b_data, _ = saver._dump(value)
+        LangGraphBlob.objects.using(storage.alias).create(  # type: ignore[attr-defined]
+            thread_id=thread_id, channel=channel, version="1", type=b_kind, blob=b_data
+        )
+    LangGraphBlob.objects.using(storage.alias).create(  # type: ignore[attr-defined]
+        thread_id=thread_id, channel="cleared", version="1", type="empty", blob=None
+    )
+
+    found = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"n": 3, "obj": {"k": [1]}}
+    assert found.metadata == {"step": 0}
+
+
 @pytest.mark.parametrize("encrypted", [False, True])
 def test_a_raw_table_scan_finds_no_plaintext_when_encryption_is_on(
     database: str, encrypted: bool
@@ -168,8 +243,9 @@ def test_a_raw_table_scan_finds_no_plaintext_when_encryption_is_on(
 
     raw = _raw_rows(storage, config["configurable"]["thread_id"])
     assert config["configurable"]["thread_id"].encode() in raw  # the scan reads the rows
-    # The topic is in a channel blob, the interrupt's value in a pending write, the
-    # checkpoint's metadata in its body: each sealed, or each in clear.
+    # The topic (a string: kept inline) and the metadata in the checkpoint's body, the
+    # notes in a channel blob, the interrupt's value in a pending write: each sealed,
+    # or each in clear.
     assert (SECRET.encode() in raw) is not encrypted
     assert (b"approve the draft?" in raw) is not encrypted
     assert graph.get_state(config).values["topic"] == SECRET

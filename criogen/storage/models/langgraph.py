@@ -1,9 +1,10 @@
 """Tables of the LangGraph checkpointer (:class:`criogen.langgraph.CriogenSaver`).
 
-A LangGraph checkpoint is kept in three parts, as LangGraph's own database savers keep
-it: the checkpoint row (its body without the channel values, and its metadata), one
-blob per channel *version* (a value unchanged between checkpoints is stored once), and
-the pending writes of each task of a step. Payloads are what LangGraph's serializer
+A LangGraph checkpoint is kept in three parts, as LangGraph's PostgreSQL saver keeps
+it: the checkpoint row (its body and metadata, with the channel values that are a
+string, a number, a boolean or None), one blob per *version* of any other channel value
+(a value unchanged between checkpoints is stored once), and the pending writes of each
+task of a step. Payloads are what LangGraph's serializer
 makes of them (``type`` + bytes); with an encryption key they are sealed
 (:mod:`criogen.engine.crypto`) and ``sealed`` is set. Thread ids, namespaces,
 checkpoint ids, channel names, versions and run ids stay in clear: they are what the
@@ -52,7 +53,8 @@ class LangGraphCheckpoint(models.Model):
     type = models.CharField(max_length=32)
     """The serializer's type tag of ``checkpoint``."""
     checkpoint = models.BinaryField()
-    """The checkpoint and its metadata, without the channel values (in the blobs)."""
+    """The checkpoint and its metadata, with its values of simple types (the others are
+    in the blobs; rows written before these were kept inline have none)."""
     sealed = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -82,7 +84,8 @@ class LangGraphBlob(models.Model):
     channel = models.CharField(max_length=255)
     version = models.CharField(max_length=64)
     type = models.CharField(max_length=32)
-    """The serializer's type tag; ``empty`` for a channel with no value."""
+    """The serializer's type tag; ``empty`` for a channel with no value (older rows:
+    a version with no value now has no row)."""
     blob = models.BinaryField(null=True)
     sealed = models.BooleanField(default=False)
 

@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import connections
 
 from criogen import events
+from criogen.selectors import refresh_run
 from criogen.services.runs import ENDED
 
 if TYPE_CHECKING:
@@ -160,7 +161,10 @@ async def wait_for_run(
     try:
         while True:
             ready.clear()
-            await db(run.refresh_from_db, fields=fields)
+            if fields is None:
+                await db(run.refresh_from_db)
+            else:
+                await db(refresh_run, run, fields)
             if run.status in ENDED:
                 break
             remaining = None if deadline is None else deadline - time.monotonic()

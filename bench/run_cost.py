@@ -21,7 +21,8 @@ loop, the API's database threads, the runner, the ``async`` writer…, from
 ``/proc/self/task``), the wall time, and the SQL statements, counted at the driver
 on PostgreSQL (psycopg ``execute``; ``commit`` and ``rollback`` apart, the ``BEGIN``
 psycopg sends implicitly is not counted) and through Django's ``execute_wrappers`` on
-SQLite. ``--profile N`` runs the verbs under cProfile (every thread) and prints the
+SQLite (which leave out the checkpoint path's statements on sqlite3's own cursor and
+every commit: compare SQLite's counts only with SQLite's). ``--profile N`` runs the verbs under cProfile (every thread) and prints the
 top N functions by cumulative time as well; the CPU figures are then inflated.
 
 The machine is shared: compare figures of one sitting, several rounds (``--rounds``).

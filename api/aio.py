@@ -9,7 +9,8 @@ way a request does: before every job, a connection older than
 ``CRIOGEN_API_CONN_MAX_AGE`` (default ``CONN_MAX_AGE``, or 60 s when that is 0) or
 left unusable by an error is closed, and with ``CONN_HEALTH_CHECKS`` one that has been
 idle for more than a second, or that the server closed, is checked before it is
-reused. The pool bounds the API's connections to its size.
+reused (:mod:`criogen.storage.connections`). The pool bounds the API's connections to
+its size.
 
 :func:`wait_for_run` waits for a run to end on the event loop: runs executed in this
 process wake it through their ``run.changed`` events; runs executed elsewhere (Celery)
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import select
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +33,9 @@ from django.conf import settings
 from django.db import connections
 
 from criogen import events
+from criogen.selectors import refresh_run
 from criogen.services.runs import ENDED
+from criogen.storage.connections import close_old_connections, mark_used
 
 if TYPE_CHECKING:
     from criogen.storage.models import Run
@@ -62,29 +64,6 @@ def _pool() -> ThreadPoolExecutor:
     return _executor
 
 
-FRESH_SECONDS = 1.0
-"""A PostgreSQL connection that answered within this many seconds, and whose socket
-has nothing to read, is reused without a health check (``CONN_HEALTH_CHECKS``): the
-check is a round trip, and under load a pool thread's connection has always just
-answered. A connection the server closed (a restart, ``pg_terminate_backend``) has its
-goodbye waiting on the socket, and is checked (and replaced)."""
-
-
-def _quiet(conn: Any) -> bool:
-    """The idle connection's socket has nothing to read (the server has not closed it)."""
-    if conn.vendor != "postgresql" or conn.connection is None:
-        return False
-    try:
-        fd = conn.connection.pgconn.socket
-        readable, _, _ = select.select([fd], [], [], 0)
-    except Exception:  # noqa: BLE001 - closed or broken: let the health check decide
-        return False
-    return not readable
-
-
-_used = threading.local()
-
-
 def max_age() -> float | None:
     """How long a pool thread keeps its connection (seconds; None: for ever)."""
     value = getattr(settings, "CRIOGEN_API_CONN_MAX_AGE", 60)
@@ -93,20 +72,12 @@ def max_age() -> float | None:
 
 def _job(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
     # What Django does around a request (close_old_connections), around each job.
-    fresh = time.monotonic() - getattr(_used, "at", float("-inf")) < FRESH_SECONDS
-    before: dict[str, Any] = {}
-    for conn in connections.all(initialized_only=True):
-        # A request resets the query log (DEBUG keeps up to 9,000 queries per
-        # connection); these connections serve many requests and no request_started.
-        conn.queries_log.clear()
-        conn.close_if_unusable_or_obsolete()
-        if fresh and _quiet(conn):
-            conn.health_check_done = True  # type: ignore[attr-defined]
-        before[conn.alias] = conn.connection
+    close_old_connections()
+    before = {conn.alias: conn.connection for conn in connections.all(initialized_only=True)}
     try:
         return fn(*args, **kwargs)
     finally:
-        _used.at = time.monotonic()
+        mark_used()
         for conn in connections.all(initialized_only=True):
             if conn.connection is not None and conn.connection is not before.get(conn.alias):
                 # Opened by this job: it lives for the pool's age, not CONN_MAX_AGE
@@ -160,7 +131,10 @@ async def wait_for_run(
     try:
         while True:
             ready.clear()
-            await db(run.refresh_from_db, fields=fields)
+            if fields is None:
+                await db(run.refresh_from_db)
+            else:
+                await db(refresh_run, run, fields)
             if run.status in ENDED:
                 break
             remaining = None if deadline is None else deadline - time.monotonic()

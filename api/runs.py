@@ -42,7 +42,7 @@ import json
 import logging
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, get_args
 
 from django.conf import settings
@@ -190,10 +190,13 @@ def run_result(run: Run) -> dict[str, Any]:
     return values
 
 
-def load_run(who: Principal, thread_id: str, run_id: str) -> Run:
-    """The run on a thread the caller may see (404 otherwise)."""
-    threads.load_thread(who, thread_id)
-    return selectors.get_run(run_id=run_id, thread_id=thread_id)
+def load_run(
+    who: Principal, thread_id: str, run_id: str, fields: Sequence[str] | None = None
+) -> Run:
+    """The run on a thread the caller may see (404 otherwise); only ``fields`` of it
+    (and its ids) when given (:func:`criogen.selectors.get_run`)."""
+    threads.check_visible(who, thread_id)
+    return selectors.get_run(run_id=run_id, thread_id=thread_id, fields=fields)
 
 
 def claim_owner(who: Principal, thread_id: str | None, *, created: bool) -> None:

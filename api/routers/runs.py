@@ -431,7 +431,7 @@ async def cancel_run(
 )
 async def join_run(request: HttpRequest, thread_id: str, run_id: str) -> HttpResponse:
     """Wait until the run ends; answer like ``wait``."""
-    run = await db(api_runs.load_run, principal(request), thread_id, run_id)
+    run = await db(api_runs.load_run, principal(request), thread_id, run_id, api_runs.RESULT_FIELDS)
     run = await wait_for_run(run, fields=api_runs.RESULT_FIELDS)
     return JsonResponse(
         await db(api_runs.run_result, run),

@@ -35,11 +35,12 @@ from criogen.runner.base import (
     _reconnect,
 )
 from criogen.runner.claim import _claim
-from criogen.runner.handoff import start_next
+from criogen.runner.handoff import enqueue_run, start_next
 from criogen.runner.leases import _leases
 from criogen.runner.stops import _Stop, _stops, _stops_lock
 from criogen.services.notifications import notify_suspension
 from criogen.storage.models import Run
+from criogen.storage.orm.runs import end_run
 
 __all__ = ["execute_run"]
 
@@ -91,17 +92,36 @@ def execute_run(run_id: Any) -> str | None:
         _on_live_connection(lambda: run.refresh_from_db(fields=["cancel_action", "cancelled_by"]))
         if run.cancel_action == "rollback":
             _rollback(run)
-    fields: dict[str, Any] = {
-        "status": outcome.status,
-        "error": outcome.error,
-        "ended_at": timezone.now(),
-        "updated_at": timezone.now(),
-        "lease_expires": 0.0,
-    }
-    if outcome.cancelled:
-        fields["cancelled_by"] = Coalesce(F("cancelled_by"), V("system"))
-    rows = _on_live_connection(lambda: held.update(**fields))
-    if rows == 1:
+    ended_at = timezone.now()
+    if thread_id is not None:
+        # The run's end and its thread's next run in one statement (None: not here).
+        done = _on_live_connection(
+            lambda: end_run(
+                run_id,
+                attempts=run.attempts,
+                thread_id=thread_id,
+                status=outcome.status,
+                error=outcome.error,
+                ended_at=ended_at,
+                cancelled=outcome.cancelled,
+            )
+        )
+    else:
+        done = None
+    if done is None:
+        fields: dict[str, Any] = {
+            "status": outcome.status,
+            "error": outcome.error,
+            "ended_at": ended_at,
+            "updated_at": ended_at,
+            "lease_expires": 0.0,
+        }
+        if outcome.cancelled:
+            fields["cancelled_by"] = Coalesce(F("cancelled_by"), V("system"))
+        ended = _on_live_connection(lambda: held.update(**fields)) == 1
+    else:
+        ended, following = done
+    if ended:
         events.run_changed(run_id=run_id, thread_id=thread_id, status=outcome.status)
         if (run.kwargs or {}).get("webhook"):
             _post_webhook(run_id)
@@ -110,7 +130,10 @@ def execute_run(run_id: Any) -> str | None:
             notify_suspension(run_id)  # after commit, once per suspension; never raises
     else:
         logger.warning("run %s was taken over while it ran; its outcome is not recorded", run_id)
-    if thread_id is not None:
+    if done is not None:
+        if following is not None:
+            enqueue_run(following[0], at=following[1])
+    elif thread_id is not None:
         _on_live_connection(lambda: start_next(thread_id))
     return outcome.status
 

@@ -12,13 +12,14 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections as django_close_old_connections
 
 from criogen.runner.base import _CONNECTION_LOST, HANDED_BACK, _reconnect, _shutdown
 from criogen.runner.execute import execute_run
 from criogen.runner.handoff import enqueue_run
 from criogen.runner.leases import reap_expired
 from criogen.runner.stops import request_shutdown
+from criogen.storage.connections import close_old_connections, mark_used
 
 __all__ = ["drain", "start_background"]
 
@@ -105,7 +106,8 @@ def _job(run_id: str) -> str | None:
         logger.exception("executing run %s failed", run_id)
         return None
     finally:
-        close_old_connections()
+        mark_used()
+        django_close_old_connections()
 
 
 def drain(timeout: float | None = None) -> bool:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
+from django.db import connections, router
 from django.db.models import QuerySet
 
 from criogen.engine.errors import RunNotFound
 from criogen.selectors.visibility import Who, visible_runs
 from criogen.storage.models import Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
+from criogen.storage.rows import Columns, columns, fetch_rows
 
 __all__ = [
     "RunNotFound",
@@ -18,6 +22,7 @@ __all__ = [
     "active_runs_for",
     "find_run",
     "get_run",
+    "refresh_run",
     "run_status",
     "run_stream_mode",
     "runs_for_thread",
@@ -26,21 +31,68 @@ __all__ = [
 ]
 
 
-def get_run(*, run_id: str, thread_id: str | None = None) -> Run:
+def get_run(
+    *, run_id: str, thread_id: str | None = None, fields: Sequence[str] | None = None
+) -> Run:
     """The run ``run_id`` (on ``thread_id`` when given). Raises RunNotFound (also for
-    an id that is not a UUID)."""
+    an id that is not a UUID). ``fields``: only these columns (and its id and thread's),
+    read in one hand-written statement (see :func:`refresh_run`); else every field,
+    with its thread and assistant."""
     try:
         key = uuid.UUID(str(run_id))
     except ValueError:
         raise RunNotFound(f"no run has the id {run_id!r}.", run_id=str(run_id)) from None
-    runs = Run.objects.select_related("thread", "assistant")
-    if thread_id is not None:
-        runs = runs.filter(thread_id=thread_id)
-    run = runs.filter(run_id=key).first()
-    if run is None:
+    if fields is not None:
+        found = _read_run(key, ("run_id", "thread", *fields), thread_id)
+    else:
+        runs = Run.objects.select_related("thread", "assistant")
+        if thread_id is not None:
+            runs = runs.filter(thread_id=thread_id)
+        found = runs.filter(run_id=key).first()
+    if found is None:
         where = f" on thread {thread_id!r}" if thread_id is not None else ""
         raise RunNotFound(f"no run {run_id}{where}.", run_id=str(run_id))
-    return run
+    return found
+
+
+def refresh_run(run: Run, fields: Sequence[str]) -> None:
+    """``run.refresh_from_db(fields=fields)`` for columns that are not relations, in
+    one hand-written statement: a waiting request re-reads its run's status each time
+    it is woken, and the ORM compiled that query anew every time (bench/NOTES.md, "A
+    run's row in one statement"). Raises Run.DoesNotExist when the row is gone."""
+    fresh = _read_run(run.pk, fields, None, alias=run._state.db)
+    if fresh is None:
+        raise Run.DoesNotExist(f"run {run.pk} does not exist.")
+    for name in fields:
+        attname = Run._meta.get_field(name).attname  # type: ignore[union-attr]
+        setattr(run, attname, getattr(fresh, attname))
+
+
+def _read_run(
+    run_id: Any, fields: Sequence[str], thread_id: str | None, *, alias: str | None = None
+) -> Run | None:
+    """The run's ``fields`` (a deferred instance), on ``thread_id`` when given."""
+    alias = alias or router.db_for_read(Run)
+    sql, cols = _run_statement(alias, tuple(sorted(set(fields))), thread_id is not None)
+    params = [cols.param("run_id", run_id)]
+    if thread_id is not None:
+        params.append(str(thread_id))
+    rows = fetch_rows(alias, sql, params)
+    return cols.instance(rows[0]) if rows else None
+
+
+@functools.cache
+def _run_statement(alias: str, fields: tuple[str, ...], on_thread: bool) -> tuple[str, Columns]:
+    cols = columns(Run, alias, fields)
+    qn = connections[alias].ops.quote_name
+    meta = Run._meta
+    sql = (
+        f"SELECT {cols.select()} FROM {qn(meta.db_table)}"  # noqa: S608 - identifiers from the model
+        f" WHERE {qn(meta.get_field('run_id').column)} = %s"
+    )
+    if on_thread:
+        sql += f" AND {qn(meta.get_field('thread').column)} = %s"
+    return sql, cols
 
 
 def find_run(run_id: Any) -> Run | None:

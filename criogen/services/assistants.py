@@ -13,7 +13,7 @@ import math
 import uuid
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, router, transaction
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
@@ -21,6 +21,7 @@ from criogen.engine.errors import Conflict, InvalidArgument
 from criogen.registry import GraphNotFound, get_graph, graph_ids
 from criogen.services.notifications import check_notify
 from criogen.storage.models import Assistant, Thread
+from criogen.storage.rows import row_by_pk
 
 __all__ = [
     "create_assistant",
@@ -66,7 +67,7 @@ def resolve_assistant(*, assistant_id: str) -> Assistant:
     except ValueError:
         key = None
     if key is not None:
-        found = Assistant.objects.filter(assistant_id=key).first()
+        found = _assistant(key)
         if found is not None:
             return found
         for graph_id in graph_ids():
@@ -77,11 +78,21 @@ def resolve_assistant(*, assistant_id: str) -> Assistant:
             f"no assistant or graph has the id {text!r}.", assistant_id=text, graph_id=text
         )
     get_graph(text)  # raises GraphNotFound for an unknown graph id
+    found = _assistant(default_assistant_id(text))
+    if found is not None:
+        return found
     assistant, _ = Assistant.objects.get_or_create(
         assistant_id=default_assistant_id(text),
         defaults={"graph_id": text, "name": text, "metadata": {"created_by": "system"}},
     )
     return assistant
+
+
+def _assistant(key: uuid.UUID) -> Assistant | None:
+    """The assistant with this id, or None: every run resolves its assistant, and the
+    ORM compiled that query anew each time (bench/NOTES.md, "A run's row in one
+    statement")."""
+    return row_by_pk(Assistant, router.db_for_read(Assistant), key)
 
 
 def _insert_assistant(**fields: Any) -> Assistant:

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from django.conf import settings
@@ -47,6 +47,7 @@ from criogen.selectors import RunNotFound
 from criogen.services.assistants import RUN_TIMEOUT_KEY, check_run_timeout, resolve_assistant
 from criogen.storage.models import Assistant, AuditEvent, Checkpoint, Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES, open_sealed, sealing
+from criogen.storage.orm.runs import insert_run
 
 __all__ = [
     "MULTITASK_STRATEGIES",
@@ -253,6 +254,41 @@ def create_run(
     kwargs["door"] = door
     if run_timeout is not None:
         kwargs[RUN_TIMEOUT_KEY] = run_timeout  # else the setting's, read when it runs
+    row = {
+        "run_id": run_id,
+        "assistant": assistant,
+        "graph_id": assistant.graph_id,
+        "status": "pending",
+        "input": input,
+        "command": command,
+        "checkpoint_id": checkpoint_id,
+        "durability": mode,
+        "multitask_strategy": multitask_strategy,
+        "metadata": metadata or {},
+        "kwargs": kwargs,
+        "owner": owner if getattr(owner, "pk", None) is not None else None,
+    }
+    # LangGraph keeps the last assistant and graph on the thread's metadata.
+    latest = {"assistant_id": str(assistant.assistant_id), "graph_id": assistant.graph_id}
+    if (
+        thread_id is not None
+        and multitask_strategy == "enqueue"
+        and expected is None
+        and resume is None
+        and checkpoint_id is None
+        and not sealing()
+    ):
+        # The common case: a new turn queued on an existing thread. Nothing below reads
+        # the thread's row or its active runs for it (no strategy to apply, no answer
+        # or head to check), so the run and the thread's metadata are written in one
+        # statement that locks the row first (None: not here; False: no such thread,
+        # which the path below refuses or creates).
+        check_thread_id(thread_id)
+        created = timezone.now()
+        run = Run(thread_id=thread_id, **row, **_times(created, delay))
+        if insert_run(run, metadata=latest, updated_at=created):
+            transaction.on_commit(lambda: _announce_and_enqueue(run))
+            return run
     with transaction.atomic():
         # The thread's row, locked: runs created concurrently on one thread see each other.
         thread = _thread_for_run(thread_id, if_not_exists, owner, run_id)
@@ -302,30 +338,8 @@ def create_run(
             for other in active:
                 _cancel(other, action=multitask_strategy, by=f"run:{run_id}")
         created = timezone.now()
-        run = Run.objects.create(
-            run_id=run_id,
-            thread=thread,
-            assistant=assistant,
-            graph_id=assistant.graph_id,
-            status="pending",
-            input=input,
-            command=command,
-            checkpoint_id=checkpoint_id,
-            durability=mode,
-            multitask_strategy=multitask_strategy,
-            metadata=metadata or {},
-            kwargs=kwargs,
-            owner=owner if getattr(owner, "pk", None) is not None else None,
-            created_at=created,
-            updated_at=created,
-            not_before=created + timedelta(seconds=delay) if delay else None,
-        )
-        # LangGraph keeps the last assistant and graph on the thread's metadata.
-        thread.metadata = {
-            **(thread.metadata or {}),
-            "assistant_id": str(assistant.assistant_id),
-            "graph_id": assistant.graph_id,
-        }
+        run = Run.objects.create(thread=thread, **row, **_times(created, delay))
+        thread.metadata = {**(thread.metadata or {}), **latest}
         thread.updated_at = timezone.now()
         thread.save(update_fields=["metadata", "updated_at"])
         transaction.on_commit(lambda: _announce_and_enqueue(run))
@@ -463,6 +477,15 @@ def check_after_seconds(value: Any) -> int:
             field="after_seconds",
         )
     return value
+
+
+def _times(created: datetime, delay: int) -> dict[str, Any]:
+    """A new run's times: created and updated now, not before ``delay`` seconds."""
+    return {
+        "created_at": created,
+        "updated_at": created,
+        "not_before": created + timedelta(seconds=delay) if delay else None,
+    }
 
 
 def _announce_and_enqueue(run: Run) -> None:

@@ -10,6 +10,7 @@ those the ORM would have built.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 from django.db import connections
 from django.db.models import Field, Model
 
-__all__ = ["Columns", "columns"]
+__all__ = ["Columns", "columns", "fetch_rows", "row_by_pk"]
 
 M = TypeVar("M", bound=Model)
 
@@ -76,3 +77,35 @@ def columns(model: type[M], alias: str, names: Sequence[str] | None = None) -> C
         for field in fields
     )
     return Columns(model, alias, fields, converters)
+
+
+def row_by_pk(model: type[M], alias: str, pk: Any) -> M | None:
+    """``model.objects.using(alias).filter(pk=pk).first()`` as one hand-written
+    statement (prepared on PostgreSQL): the instance, or None."""
+    sql, cols = _by_pk(model, alias)
+    rows = fetch_rows(alias, sql, [cols.param(model._meta.pk.name, pk)])
+    return cols.instance(rows[0]) if rows else None
+
+
+def fetch_rows(alias: str, sql: str, params: Sequence[Any]) -> list[Any]:
+    """The rows of one read, prepared on PostgreSQL (``criogen.storage.orm.base.pg_run``),
+    through Django's cursor elsewhere."""
+    from criogen.storage.orm.base import pg_run
+
+    if connections[alias].vendor == "postgresql":
+        return list(pg_run(alias, sql, params, fetch=True))
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+@functools.cache
+def _by_pk(model: type[Model], alias: str) -> tuple[str, Columns]:
+    cols = columns(model, alias)
+    qn = connections[alias].ops.quote_name
+    meta = model._meta
+    sql = (
+        f"SELECT {cols.select()} FROM {qn(meta.db_table)}"  # noqa: S608 - identifiers from the model
+        f" WHERE {qn(meta.pk.column)} = %s"
+    )
+    return sql, cols

@@ -531,3 +531,51 @@ def test_a_server_exiting_mid_run_hands_the_run_back_after_its_step(tmp_path: An
         ).fetchone()
     assert run == ("pending", 1)
     assert head_version == 3  # b finished and was checkpointed
+
+
+@pytest.mark.parametrize("path", ["one statement", "orm"])
+def test_a_runs_end_and_its_threads_next_run_are_read_together(
+    thread_id: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the run's end and the read of its thread's next pending run are
+    one statement; ``orm`` is SQLite's path (two): the outcome is the same."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    import criogen.runner.execute
+    from criogen.runner.execute import _Outcome
+
+    if path == "orm":
+        monkeypatch.setattr(criogen.runner.execute, "end_run", lambda *a, **k: None)
+    monkeypatch.setattr("criogen.dispatch.enqueue", lambda run_id, at=None: None)
+    enqueued: list[str] = []
+    monkeypatch.setattr(
+        criogen.runner.execute, "enqueue_run", lambda run_id, at=None: enqueued.append(str(run_id))
+    )
+    monkeypatch.setattr(
+        "criogen.runner.handoff.enqueue_run", lambda run_id, at=None: enqueued.append(str(run_id))
+    )
+    first = start(thread_id, input={})
+    second = start(thread_id, input={})
+
+    with CaptureQueriesContext(connection) as seen:
+        assert runner.execute_run(first.pk) == "success"
+
+    first.refresh_from_db()
+    assert (first.status, first.error, first.lease_expires) == ("success", None, 0.0)
+    assert first.ended_at is not None and first.updated_at == first.ended_at
+    assert enqueued == [str(second.pk)]
+    ends = [q["sql"] for q in seen.captured_queries if q["sql"].startswith("WITH ended AS")]
+    expected = 1 if path == "one statement" and connection.vendor == "postgresql" else 0
+    assert len(ends) == expected
+    # An attempt that lost its run (another attempt took it over) does not end it; the
+    # thread's next run is still handed over.
+    enqueued.clear()
+    Run.objects.filter(pk=second.pk).update(status="running", attempts=2)
+    second.attempts = 1  # what the attempt that lost it claimed
+    third = start(thread_id, input={})
+    monkeypatch.setattr(criogen.runner.execute, "_claim", lambda run_id: second)
+    monkeypatch.setattr(criogen.runner.execute, "_drive", lambda run, stop: _Outcome("success"))
+    assert runner.execute_run(second.pk) == "success"
+    assert Run.objects.get(pk=second.pk).status == "running"
+    assert enqueued == [str(third.pk)]

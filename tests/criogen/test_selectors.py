@@ -15,6 +15,7 @@ from criogen.selectors import (
     RunNotFound,
     check_thread_for,
     get_run,
+    refresh_run,
     runs_for_thread,
     thread_exists_for,
     thread_for,
@@ -163,3 +164,47 @@ def test_with_auth_off_the_anonymous_operator_sees_every_thread(
     check_thread_for(LOCAL, thread_id)
     with pytest.raises(ThreadNotFound):
         check_thread_for(LOCAL, "no-such-thread")
+
+
+def test_a_runs_columns_are_read_as_the_orm_reads_them(thread_id: str) -> None:
+    """``get_run(fields=…)`` and ``refresh_run`` read a few columns in a hand-written
+    statement: the values are the ORM's (JSON decoded, times aware)."""
+    thread = Thread.objects.create(id=thread_id)
+    run = add_run(thread, "pending")
+    Run.objects.filter(pk=run.pk).update(status="error", error={"type": "E", "n": [1]})
+    loaded = Run.objects.get(pk=run.pk)
+
+    some = get_run(run_id=str(run.pk), thread_id=thread_id, fields=("status", "error"))
+    assert (some.pk, some.thread_id, some.status, some.error) == (
+        run.pk,
+        thread_id,
+        "error",
+        {"type": "E", "n": [1]},
+    )
+    with pytest.raises(RunNotFound):
+        get_run(run_id=str(run.pk), thread_id="t-other", fields=("status",))
+    with pytest.raises(RunNotFound):
+        get_run(run_id=str(uuid.uuid4()), fields=("status",))
+
+    refresh_run(run, ["status", "error", "updated_at"])
+    assert (run.status, run.error, run.updated_at) == (
+        loaded.status,
+        loaded.error,
+        loaded.updated_at,
+    )
+    Run.objects.filter(pk=run.pk).delete()
+    with pytest.raises(Run.DoesNotExist):
+        refresh_run(run, ["status"])
+
+
+def test_an_assistant_is_read_as_the_orm_reads_it() -> None:
+    from criogen.storage.models import Assistant
+
+    first = resolve_assistant(assistant_id="steps")  # created on first use
+    again = resolve_assistant(assistant_id="steps")
+    by_id = resolve_assistant(assistant_id=str(first.assistant_id))
+    loaded = Assistant.objects.get(pk=first.pk)
+    fields = [f.attname for f in Assistant._meta.concrete_fields]
+    for found in (again, by_id):
+        assert {f: getattr(found, f) for f in fields} == {f: getattr(loaded, f) for f in fields}
+        assert not found._state.adding

@@ -18,7 +18,10 @@ module per concern, composed here:
 - :mod:`.maintenance`: rolling a run back, compacting a thread, copying one;
 - :mod:`.facts`: long-term memory facts;
 - :mod:`.documents`: collections of documents and their search;
-- :mod:`.audit`: the audit trail.
+- :mod:`.audit`: the audit trail;
+
+and, beside the protocol, :mod:`.runs`: a run's row on its hot path (created on its
+thread, ended), one statement each on PostgreSQL.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from criogen.engine.store import (
 )
 from criogen.storage.setup import database_alias, redact
 
-__all__ = ["OrmBase"]
+__all__ = ["OrmBase", "pg_run"]
 
 
 @functools.lru_cache(maxsize=512)
@@ -93,33 +93,8 @@ class OrmBase(Storage):
         return connections[self.alias].cursor()
 
     def _pg_run(self, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
-        """Run one hot statement on PostgreSQL, prepared; its rows (``fetch``) or row count.
-
-        Django's psycopg backend binds parameters client-side and never prepares; on the
-        checkpoint path, quoting parameters and planning the statement were most of the
-        client's and much of the server's time. This runs the statement on Django's own
-        connection (its transactions, thread checks, error translation and query
-        logging still apply) through a server-binding psycopg cursor that prepares:
-        psycopg prepares each statement text once per connection, then sends only the
-        parameters. ``OPTIONS={"prepare_threshold": None}`` set explicitly on the
-        database (e.g. behind a pooler that cannot keep prepared statements) turns the
-        preparing off; so does query logging (``DEBUG``), which needs the SQL text.
-        """
-        connection = connections[self.alias]
-        if connection.queries_logged:
-            # DEBUG or a query capture: Django logs a server-bound statement's SQL as
-            # None, so take its own cursor (client-side binding) and log the full text.
-            cursor = connection.cursor()
-        else:
-            connection.ensure_connection()
-            with connection.wrap_database_errors:
-                raw = _server_cursor(connection)
-            # Django wraps a raw cursor as its own (CursorWrapper); a private method
-            # django-stubs does not declare.
-            cursor = connection._prepare_cursor(raw)  # type: ignore[attr-defined]
-        with cursor as cur:
-            cur.execute(sql, params)
-            return cur.fetchall() if fetch else cur.rowcount
+        """Run one hot statement on PostgreSQL, prepared (:func:`pg_run`)."""
+        return pg_run(self.alias, sql, params, fetch=fetch)
 
     def _time(self, value: Any) -> datetime:
         if isinstance(value, datetime):
@@ -156,6 +131,36 @@ class OrmBase(Storage):
 
     def close(self) -> None:
         connections[self.alias].close()
+
+
+def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
+    """Run one hot statement on PostgreSQL, prepared; its rows (``fetch``) or row count.
+
+    Django's psycopg backend binds parameters client-side and never prepares; on the
+    checkpoint path, quoting parameters and planning the statement were most of the
+    client's and much of the server's time. This runs the statement on Django's own
+    connection (its transactions, thread checks, error translation and query
+    logging still apply) through a server-binding psycopg cursor that prepares:
+    psycopg prepares each statement text once per connection, then sends only the
+    parameters. ``OPTIONS={"prepare_threshold": None}`` set explicitly on the
+    database (e.g. behind a pooler that cannot keep prepared statements) turns the
+    preparing off; so does query logging (``DEBUG``), which needs the SQL text.
+    """
+    connection = connections[alias]
+    if connection.queries_logged:
+        # DEBUG or a query capture: Django logs a server-bound statement's SQL as
+        # None, so take its own cursor (client-side binding) and log the full text.
+        cursor = connection.cursor()
+    else:
+        connection.ensure_connection()
+        with connection.wrap_database_errors:
+            raw = _server_cursor(connection)
+        # Django wraps a raw cursor as its own (CursorWrapper); a private method
+        # django-stubs does not declare.
+        cursor = connection._prepare_cursor(raw)  # type: ignore[attr-defined]
+    with cursor as cur:
+        cur.execute(sql, params)
+        return cur.fetchall() if fetch else cur.rowcount
 
 
 _cursor_classes: dict[bool, Any] = {}

@@ -17,6 +17,7 @@ from criogen.engine.errors import (
     ThreadNotFound,
 )
 from criogen.registry import GraphNotFound, get_graph
+from criogen.services.assistants import resolve_assistant
 from criogen.services.runs import (
     cancel_run,
     create_run,
@@ -314,3 +315,54 @@ def test_an_unknown_runner_setting_is_a_configuration_error(settings: Any) -> No
     settings.CRIOGEN_RUNNER = "threads"
     with pytest.raises(ImproperlyConfigured, match="CRIOGEN_RUNNER"):
         enqueue_run(uuid.uuid4())
+
+
+@pytest.mark.parametrize("path", ["one statement", "orm"])
+def test_a_new_turn_on_a_thread_is_written_as_the_orm_writes_it(
+    thread_id: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL a turn queued on an existing thread is one statement (the run's
+    insert and the thread's metadata, the row locked first); ``orm`` is the path of
+    SQLite and of every other case: the rows written are the same."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    if path == "orm":
+        monkeypatch.setattr("criogen.services.runs.insert_run", lambda *a, **k: None)
+    monkeypatch.setattr("criogen.dispatch.enqueue", lambda run_id, at=None: None)
+    Thread.objects.create(id=thread_id, metadata={"team": "ops", "graph_id": "old"})
+    resolve_assistant(assistant_id="steps")  # created on first use: not this test's point
+
+    with CaptureQueriesContext(connection) as seen:
+        run = make(thread_id, input={"n": 1, "note": "ünïcode"}, metadata={"k": [1, 2]})
+
+    writes = [q["sql"] for q in seen.captured_queries if not q["sql"].startswith("SELECT")]
+    if path == "one statement" and connection.vendor == "postgresql":
+        assert len(writes) == 1 and "FOR UPDATE" in writes[0]
+    loaded = Run.objects.get(pk=run.pk)
+    fields = [f.attname for f in Run._meta.concrete_fields]
+    assert {f: getattr(run, f) for f in fields} == {f: getattr(loaded, f) for f in fields}
+    assert not run._state.adding
+    assert (loaded.status, loaded.input, loaded.metadata, loaded.kwargs["door"]) == (
+        "pending",
+        {"n": 1, "note": "ünïcode"},
+        {"k": [1, 2]},
+        "api",
+    )
+    thread = Thread.objects.get(pk=thread_id)
+    assert thread.metadata == {
+        "team": "ops",
+        "graph_id": "steps",
+        "assistant_id": str(run.assistant_id),
+    }
+    assert thread.updated_at >= run.created_at
+
+
+def test_a_new_turn_on_a_missing_thread_is_refused_or_creates_it(thread_id: str) -> None:
+    with pytest.raises(ThreadNotFound):
+        make(thread_id, input={}, if_not_exists="reject")
+    assert not Run.objects.filter(thread_id=thread_id).exists()
+
+    run = make(thread_id, input={}, if_not_exists="create")
+    assert wait_run(run=run, timeout=10).status == "success"
+    assert Thread.objects.get(pk=thread_id).metadata["graph_id"] == "steps"

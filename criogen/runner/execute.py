@@ -35,7 +35,7 @@ from criogen.runner.base import (
     _reconnect,
 )
 from criogen.runner.claim import _claim
-from criogen.runner.handoff import enqueue_run, start_next
+from criogen.runner.handoff import start_next
 from criogen.runner.leases import _leases
 from criogen.runner.stops import _Stop, _stops, _stops_lock
 from criogen.services.notifications import notify_suspension
@@ -93,22 +93,17 @@ def execute_run(run_id: Any) -> str | None:
         if run.cancel_action == "rollback":
             _rollback(run)
     ended_at = timezone.now()
-    if thread_id is not None:
-        # The run's end and its thread's next run in one statement (None: not here).
-        done = _on_live_connection(
-            lambda: end_run(
-                run_id,
-                attempts=run.attempts,
-                thread_id=thread_id,
-                status=outcome.status,
-                error=outcome.error,
-                ended_at=ended_at,
-                cancelled=outcome.cancelled,
-            )
+    ended = _on_live_connection(
+        lambda: end_run(
+            run_id,
+            attempts=run.attempts,
+            status=outcome.status,
+            error=outcome.error,
+            ended_at=ended_at,
+            cancelled=outcome.cancelled,
         )
-    else:
-        done = None
-    if done is None:
+    )
+    if ended is None:  # not PostgreSQL: through the ORM
         fields: dict[str, Any] = {
             "status": outcome.status,
             "error": outcome.error,
@@ -119,8 +114,6 @@ def execute_run(run_id: Any) -> str | None:
         if outcome.cancelled:
             fields["cancelled_by"] = Coalesce(F("cancelled_by"), V("system"))
         ended = _on_live_connection(lambda: held.update(**fields)) == 1
-    else:
-        ended, following = done
     if ended:
         events.run_changed(run_id=run_id, thread_id=thread_id, status=outcome.status)
         if (run.kwargs or {}).get("webhook"):
@@ -130,10 +123,7 @@ def execute_run(run_id: Any) -> str | None:
             notify_suspension(run_id)  # after commit, once per suspension; never raises
     else:
         logger.warning("run %s was taken over while it ran; its outcome is not recorded", run_id)
-    if done is not None:
-        if following is not None:
-            enqueue_run(following[0], at=following[1])
-    elif thread_id is not None:
+    if thread_id is not None:
         _on_live_connection(lambda: start_next(thread_id))
     return outcome.status
 

@@ -1,10 +1,9 @@
-"""A run's row on its hot path, one statement each on PostgreSQL: created on its thread
-(:func:`insert_run`), and ended with its thread's next run read (:func:`end_run`).
+"""A run's row on its hot path, one prepared statement each on PostgreSQL: created on
+its thread (:func:`insert_run`), and ended (:func:`end_run`).
 
 Built by the ORM, creating a run was a locked read of its thread, the run's ``INSERT``
-and the thread's ``UPDATE`` (plus ``BEGIN`` and ``COMMIT``), and ending one was an
-``UPDATE`` and then a read of the thread's oldest pending run: each statement compiled
-anew, on every run (bench/NOTES.md, "A run's row in one statement"). Here each is one
+and the thread's ``UPDATE`` (plus ``BEGIN`` and ``COMMIT``), and ending one an
+``UPDATE``: each statement compiled anew, on every run (bench/NOTES.md, "A run's row in one statement"). Here each is one
 prepared statement, written once per database from the models' tables and columns.
 Elsewhere (SQLite, a ``pre_save``/``post_save`` receiver on runs) both functions answer
 None and the caller takes the ORM's path, which does the same in several statements.
@@ -97,26 +96,22 @@ def insert_run(run: Run, *, metadata: dict[str, Any], updated_at: datetime) -> b
 @functools.cache
 def _end_sql(alias: str) -> str:
     qn = connections[alias].ops.quote_name
-    meta = Run._meta
-    table = qn(meta.db_table)
+    table = qn(Run._meta.db_table)
 
     def col(name: str) -> str:
         return qn(_field(Run, name).column)
 
     # The run ends only if this attempt still holds it (running, same attempts): the
-    # row count says whether it did. The thread's oldest pending run is read in the same
-    # statement (its snapshot: the ended run was running there, so it is not among them).
+    # row count says whether it did. The thread's next run is read by the caller after
+    # this commits, never in the same statement: a run queued meanwhile whose claim saw
+    # this one still running would be in neither this statement's snapshot nor anyone's
+    # hand-over, and would wait for the reaper.
     return (
-        f"WITH ended AS (UPDATE {table} SET {col('status')} = %s, {col('error')} = %s,"  # noqa: S608
+        f"UPDATE {table} SET {col('status')} = %s, {col('error')} = %s,"  # noqa: S608
         f" {col('ended_at')} = %s, {col('updated_at')} = %s, {col('lease_expires')} = 0,"
         f" {col('cancelled_by')} = CASE WHEN %s THEN COALESCE({col('cancelled_by')}, 'system')"
         f" ELSE {col('cancelled_by')} END"
         f" WHERE {col('run_id')} = %s AND {col('status')} = 'running' AND {col('attempts')} = %s"
-        f" RETURNING 1)"
-        f" SELECT (SELECT count(*) FROM ended), nxt.{col('run_id')}, nxt.{col('not_before')}"
-        f" FROM (SELECT 1) AS one LEFT JOIN LATERAL (SELECT {col('run_id')}, {col('not_before')}"
-        f" FROM {table} WHERE {col('thread')} = %s AND {col('status')} = 'pending'"
-        f" ORDER BY {col('created_at')} LIMIT 1) AS nxt ON true"
     )
 
 
@@ -124,18 +119,17 @@ def end_run(
     run_id: str,
     *,
     attempts: int,
-    thread_id: str,
     status: str,
     error: Any,
     ended_at: datetime,
     cancelled: bool,
-) -> tuple[bool, tuple[Any, datetime | None] | None] | None:
+) -> bool | None:
     """End the run ``run_id`` with ``status`` and ``error`` if attempt ``attempts``
     still holds it (``running``), its ``cancelled_by`` defaulting to ``"system"`` when
-    ``cancelled``; in the same statement, read the oldest pending run of ``thread_id``.
+    ``cancelled``, as one prepared statement.
 
-    Returns (whether the run was ended, the next run's id and ``not_before`` or None),
-    or None where this path does not apply (see the module's docstring).
+    Returns whether the run was ended, or None where this path does not apply (see the
+    module's docstring).
     """
     alias = Run.objects.db
     if not _fast(alias):
@@ -153,7 +147,5 @@ def end_run(
         cancelled,
         field("run_id").get_db_prep_save(run_id, connection),
         attempts,
-        thread_id,
     ]
-    (count, next_id, not_before), *_ = pg_run(alias, _end_sql(alias), params, fetch=True)
-    return count == 1, (None if next_id is None else (next_id, not_before))
+    return bool(pg_run(alias, _end_sql(alias), params, fetch=False) == 1)

@@ -117,6 +117,14 @@ def sync_client(server: Server) -> Iterator[Any]:
     c.close()
 
 
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Headless Debian Chromium, one per module (``live_server.headless_chromium``)."""
+    from tests.dashboard import live_server
+
+    yield from live_server.headless_chromium()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def any_server(request: pytest.FixtureRequest) -> Server:
     """The session's server on SQLite, then the one on PostgreSQL (marked ``postgres``)."""

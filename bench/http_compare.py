@@ -60,22 +60,26 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _sdk_workload as workload  # noqa: E402 - bench/_sdk_workload.py, next to this file
+from _servers import (  # noqa: E402 - bench/_servers.py, next to this file
+    LANGGRAPH_ENV,
+    LANGGRAPH_REQUIREMENTS,
+    free_port,
+    langgraph_dev,
+    stop,
+    wait_healthy,
+)
 from _venv import ensure_venv  # noqa: E402 - bench/_venv.py, next to this file
 
 BENCH = Path(__file__).resolve().parent
@@ -128,12 +132,6 @@ def venv_versions(python: Path, packages: list[str]) -> dict[str, str]:
     return versions
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def aegra_env(db_name: str, overrides: dict[str, str]) -> dict[str, str]:
     env = {
         key: value
@@ -178,7 +176,7 @@ def aegra_server(
         raise RuntimeError(
             f"Aegra's migrations failed: {(migrate.stderr or migrate.stdout)[-800:]}"
         )
-    port = _free_port()
+    port = free_port()
     log_path = tmp / f"aegra-{port}.log"
     with log_path.open("wb") as sink:
         process = subprocess.Popen(  # noqa: S603 - the venv's interpreter, our arguments
@@ -204,10 +202,10 @@ def aegra_server(
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(process, url + "/health", log_path, "Aegra")
+        wait_healthy(process, url + "/health", log_path, "Aegra")
         yield workload.Target("aegra", url, None, aegra_seeder(db_name))
     finally:
-        _stop(process)
+        stop(process)
 
 
 def aegra_seeder(db_name: str) -> Any:
@@ -249,7 +247,6 @@ def aegra_seeder(db_name: str) -> Any:
 
 # -- LangGraph's own server ------------------------------------------------------------
 
-LANGGRAPH_REQUIREMENTS = ["langgraph-cli[inmem]==0.4.40", "langgraph-api==0.16.7"]
 LANGGRAPH_PACKAGES = [
     "langgraph-cli",
     "langgraph-api",
@@ -262,26 +259,6 @@ LANGGRAPH_JOBS = 10
 """``--n-jobs-per-worker``: the concurrent runs its queue executes. ``langgraph dev
 --help`` documents 10 as the default, but the command passes 1 when the option is
 absent, which would run 16 clients' runs one at a time."""
-LANGGRAPH_ENV = {
-    "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # the CLI's usage report
-    "LANGGRAPH_NO_VERSION_CHECK": "true",  # the server's look-up of newer releases
-    "LANGSMITH_TRACING": "false",
-    "LOG_LEVEL": "WARNING",  # as Aegra's; the in-memory server logs at info by default
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
-"""No network: no analytics, no version check, no tracing; with no licence key the
-server sends no usage metadata either."""
-
-
-def langgraph_env() -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("LANGSMITH_", "LANGCHAIN_", "LANGGRAPH_", "VIRTUAL_ENV"))
-        and key not in ("PYTHONPATH", "DATABASE_URI", "REDIS_URI")
-    }
-    env.update(LANGGRAPH_ENV)
-    return env
 
 
 @contextlib.contextmanager
@@ -293,59 +270,12 @@ def langgraph_server(python: Path, tmp: Path) -> Iterator[workload.Target]:
     home.mkdir()
     for name in ("langgraph.json", "steps_graph.py"):
         shutil.copy(AEGRA_DIR / name, home / name)
-    port = _free_port()
-    log_path = tmp / f"langgraph-{port}.log"
-    with log_path.open("wb") as sink:
-        process = subprocess.Popen(  # noqa: S603 - the venv's command, our arguments
-            [
-                str(python.parent / "langgraph"),
-                "dev",
-                "--no-browser",
-                "--no-reload",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--config",
-                "langgraph.json",
-                "--n-jobs-per-worker",
-                str(LANGGRAPH_JOBS),
-                "--server-log-level",
-                "WARNING",
-            ],
-            cwd=home,
-            env=langgraph_env(),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
+    options = ["--config", "langgraph.json", "--n-jobs-per-worker", str(LANGGRAPH_JOBS)]
     try:
-        _wait_healthy(process, url + "/ok", log_path, "LangGraph's server")
-        yield workload.Target("langgraph", url, None, workload.api_seeder(url))
+        with langgraph_dev(python, home, tmp, *options, "--server-log-level", "WARNING") as url:
+            yield workload.Target("langgraph", url, None, workload.api_seeder(url))
     finally:
-        _stop(process)
         shutil.rmtree(home / ".langgraph_api", ignore_errors=True)  # its pickled state
-
-
-def _wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path, name: str) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        if process.poll() is not None or time.monotonic() > deadline:
-            _stop(process)
-            raise RuntimeError(f"{name} did not start: {log_path.read_text()[-800:]}")
-        time.sleep(0.2)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 class ConnectionProbe:

@@ -24,14 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _servers import LANGGRAPH_REQUIREMENTS, langgraph_dev  # noqa: E402 - bench/_servers.py
 from _venv import ensure_venv  # noqa: E402 - bench/_venv.py, next to this file
-from http_compare import (  # noqa: E402
-    LANGGRAPH_REQUIREMENTS,
-    _free_port,
-    _stop,
-    _wait_healthy,
-    langgraph_env,
-)
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENTS = ROOT / "tests" / "langgraph" / "agents"
@@ -76,31 +70,8 @@ def main() -> int:
         graphs = {"nested": "./nested.py:graph", "helpdesk": "./review.py:graph"}
         config = {"dependencies": ["."], "graphs": graphs}
         (home / "langgraph.json").write_text(json.dumps(config))
-        port = _free_port()
-        log_path = home / "server.log"
-        with log_path.open("wb") as sink:
-            process = subprocess.Popen(  # noqa: S603 - the venv's command, our arguments
-                [
-                    str(python.parent / "langgraph"),
-                    "dev",
-                    "--no-browser",
-                    "--no-reload",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                ],
-                cwd=home,
-                env=langgraph_env(),
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-            )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            _wait_healthy(process, url + "/ok", log_path, "LangGraph's server")
+        with langgraph_dev(python, home, home) as url:
             answers = ask(url)
-        finally:
-            _stop(process)
     recorded = {
         "recorded_with": (
             f"langgraph dev ({', '.join(LANGGRAPH_REQUIREMENTS)}; langgraph {versions}; "

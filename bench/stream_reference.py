@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,14 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _servers import LANGGRAPH_REQUIREMENTS, langgraph_dev  # noqa: E402 - bench/_servers.py
 from _venv import ensure_venv  # noqa: E402 - bench/_venv.py, next to this file
-from http_compare import (  # noqa: E402
-    LANGGRAPH_REQUIREMENTS,
-    _free_port,
-    _stop,
-    _wait_healthy,
-    langgraph_env,
-)
 
 from tests.langgraph import stream_cases  # noqa: E402
 
@@ -63,33 +56,8 @@ def main() -> None:
         (home / "langgraph.json").write_text(
             json.dumps({"dependencies": ["."], "graphs": {"streamer": "./streaming.py:graph"}})
         )
-        port = _free_port()
-        log_path = home / "server.log"
-        with log_path.open("wb") as sink:
-            process = subprocess.Popen(  # noqa: S603 - the venv's command, our arguments
-                [
-                    str(python.parent / "langgraph"),
-                    "dev",
-                    "--no-browser",
-                    "--no-reload",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--config",
-                    "langgraph.json",
-                ],
-                cwd=home,
-                env=langgraph_env(),
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-            )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            _wait_healthy(process, url + "/ok", log_path, "LangGraph's server")
+        with langgraph_dev(python, home, home, "--config", "langgraph.json") as url:
             recorded = asyncio.run(record_all(url))
-        finally:
-            _stop(process)
     REFERENCE.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
     log(f"wrote {REFERENCE} ({sum(len(v) for v in recorded.values())} events)")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.conf import settings
 from django.db import connections
@@ -18,6 +18,7 @@ from criogen.storage.models import Thread
 
 __all__ = [
     "SORT_FIELDS",
+    "ThreadSearch",
     "count_threads",
     "filter_metadata",
     "search_limit",
@@ -103,77 +104,68 @@ def _values_match(state: Mapping[str, Any] | None, wanted: Mapping[str, Any]) ->
     return all(k in state and state[k] == v for k, v in wanted.items())
 
 
+class ThreadSearch(TypedDict, total=False):
+    """The filters, order and window of a thread search (``POST /threads/search``), all
+    optional: :func:`search_threads` and :func:`search_page` take them as keywords."""
+
+    metadata: dict[str, Any] | None
+    """Each key with exactly this value in the thread's metadata."""
+    values: dict[str, Any] | None
+    """Each key with exactly this value in the state of the thread's head."""
+    status: str | None
+    """``idle``, ``busy``, ``interrupted`` or ``error``."""
+    ids: list[str] | None
+    """Only these threads."""
+    limit: int | None
+    """The page's size (omitted: 20, at most ``CRIOGEN_MAX_SEARCH_LIMIT``)."""
+    offset: int
+    """How many matching threads come before the page (omitted: 0)."""
+    sort_by: str | None
+    """A key of :data:`SORT_FIELDS` (omitted: ``created_at``)."""
+    sort_order: str | None
+    """``asc`` or ``desc`` (omitted: ``desc``)."""
+
+
 def search_threads(
-    who: Who,
-    *,
-    metadata: dict[str, Any] | None = None,
-    values: dict[str, Any] | None = None,
-    status: str | None = None,
-    ids: list[str] | None = None,
-    limit: int | None = None,
-    offset: int = 0,
-    sort_by: str | None = None,
-    sort_order: str | None = None,
+    who: Who, **search: Unpack[ThreadSearch]
 ) -> list[tuple[Thread, Checkpoint | None]]:
     """Threads matching every filter, with their heads; newest first by default."""
-    return _search(
-        who,
-        metadata=metadata,
-        values=values,
-        status=status,
-        ids=ids,
-        limit=limit,
-        offset=offset,
-        sort_by=sort_by,
-        sort_order=sort_order,
-    )[0]
+    return _search(who, **search)[0]
 
 
 def search_page(
-    who: Who,
-    *,
-    metadata: dict[str, Any] | None = None,
-    values: dict[str, Any] | None = None,
-    status: str | None = None,
-    ids: list[str] | None = None,
-    limit: int | None = None,
-    offset: int = 0,
-    sort_by: str | None = None,
-    sort_order: str | None = None,
+    who: Who, **search: Unpack[ThreadSearch]
 ) -> tuple[list[tuple[Thread, Checkpoint | None]], int]:
     """:func:`search_threads`' page, and how many threads match (a search's
     ``X-Pagination-Total``). A page shorter than the limit ends the list, so it tells
     the total; a full page (or an empty one past the end) needs a count, which counts
     the queryset the page came from instead of building it again."""
-    found, qs, limit = _search(
-        who,
-        metadata=metadata,
-        values=values,
-        status=status,
-        ids=ids,
-        limit=limit,
-        offset=offset,
-        sort_by=sort_by,
-        sort_order=sort_order,
-    )
+    found, qs, limit = _search(who, **search)
+    offset = search.get("offset", 0)
     if len(found) < limit and (found or not offset):
         return found, offset + len(found)
-    if values:
-        return found, count_threads(who, metadata=metadata, values=values, status=status, ids=ids)
+    if search.get("values"):
+        return found, count_threads(
+            who,
+            metadata=search.get("metadata"),
+            values=search.get("values"),
+            status=search.get("status"),
+            ids=search.get("ids"),
+        )
     return found, qs.count()
 
 
 def _search(
     who: Who,
     *,
-    metadata: dict[str, Any] | None,
-    values: dict[str, Any] | None,
-    status: str | None,
-    ids: list[str] | None,
-    limit: int | None,
-    offset: int,
-    sort_by: str | None,
-    sort_order: str | None,
+    metadata: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
+    status: str | None = None,
+    ids: list[str] | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    sort_by: str | None = None,
+    sort_order: str | None = None,
 ) -> tuple[list[tuple[Thread, Checkpoint | None]], QuerySet[Thread], int]:
     """The page, the filtered threads it came from, and the limit applied."""
     limit = search_limit(limit)

@@ -115,3 +115,28 @@ def sync_client(server: Server) -> Iterator[Any]:
     c = server.sync_client("alice")
     yield c
     c.close()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Headless Debian Chromium, one per module (``live_server.headless_chromium``)."""
+    from tests.dashboard import live_server
+
+    yield from live_server.headless_chromium()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_server(request: pytest.FixtureRequest) -> Server:
+    """The session's server on SQLite, then the one on PostgreSQL (marked ``postgres``)."""
+    if request.param == "postgres":
+        request.applymarker(pytest.mark.postgres)
+    name = "server" if request.param == "sqlite" else "pg_server"
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def alice(any_server: Server) -> Iterator[Any]:
+    """alice's sync SDK client on :func:`any_server`."""
+    client = any_server.sync_client("alice")
+    yield client
+    client.close()

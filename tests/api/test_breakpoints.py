@@ -7,28 +7,12 @@ agent, are a 422 naming the field."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.api.conftest import Server
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_server(request: pytest.FixtureRequest) -> Server:
-    if request.param == "postgres":
-        request.applymarker(pytest.mark.postgres)
-    name = "server" if request.param == "sqlite" else "pg_server"
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def alice(any_server: Server) -> Iterator[Any]:
-    client = any_server.sync_client("alice")
-    yield client
-    client.close()
 
 
 def _new(client: Any) -> str:

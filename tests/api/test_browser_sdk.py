@@ -152,25 +152,6 @@ def app_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     serving.join(10)
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    """Headless Debian Chromium (module-scoped: Playwright's sync API keeps a loop
-    running on the main thread while it is open)."""
-    from tests.dashboard import live_server
-
-    need_service(
-        "Chromium",
-        live_server.chromium_available(),
-        "apt-get update && apt-get install -y chromium",
-    )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = live_server.launch_browser(playwright)
-        yield browser
-        browser.close()
-
-
 def _ids(parts: list[dict[str, Any]]) -> list[int]:
     return [int(p["id"]) for p in parts]
 

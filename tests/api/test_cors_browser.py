@@ -117,26 +117,6 @@ def listed_server(
     stop_server(srv)
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    """Headless Debian Chromium (module-scoped: Playwright's sync API keeps a loop
-    running on the main thread while it is open)."""
-    from tests.conftest import need_service
-    from tests.dashboard import live_server
-
-    need_service(
-        "Chromium",
-        live_server.chromium_available(),
-        "apt-get update && apt-get install -y chromium",
-    )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = live_server.launch_browser(playwright)
-        yield browser
-        browser.close()
-
-
 def _from_page(chromium: Any, origin: str, api: Server) -> tuple[dict[str, Any], str]:
     """Load the page from ``origin`` and run its calls against ``api``; (result, mark)."""
     mark = uuid.uuid4().hex

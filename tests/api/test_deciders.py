@@ -37,13 +37,6 @@ def _audit(server: Server, thread_id: str) -> list[tuple[str, str, str]]:
     return [tuple(e) for e in json.loads(out.split("EVENTS=", 1)[1].strip())]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_server(request: pytest.FixtureRequest) -> Server:
-    if request.param == "postgres":
-        request.applymarker(pytest.mark.postgres)
-    return request.getfixturevalue("server" if request.param == "sqlite" else "pg_server")  # type: ignore[no-any-return]
-
-
 @pytest.fixture
 def clients(any_server: Server) -> Iterator[tuple[Any, Any]]:
     """(alice, olga): a thread's owner and an operator."""

@@ -6,7 +6,6 @@ continues from that node, and a goto the graph cannot honour is a 422 naming
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -16,21 +15,6 @@ from tests.api.conftest import Server
 from tests.api.test_verbs_audit import _events
 
 ASK = {"messages": [{"role": "user", "content": "Please refund order 42"}]}
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_server(request: pytest.FixtureRequest) -> Server:
-    if request.param == "postgres":
-        request.applymarker(pytest.mark.postgres)
-    name = "server" if request.param == "sqlite" else "pg_server"
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def alice(any_server: Server) -> Iterator[Any]:
-    client = any_server.sync_client("alice")
-    yield client
-    client.close()
 
 
 def _waiting(client: Any, graph: str = "hitl") -> str:

@@ -136,6 +136,17 @@ async def _all(stream: Any) -> list[tuple[int, str, Any]]:
     return [_part(p) async for p in stream]
 
 
+async def _first(stream: Any, count: int) -> list[tuple[int, str, Any]]:
+    """The first ``count`` parts of ``stream``; then the client drops it."""
+    seen: list[tuple[int, str, Any]] = []
+    async with contextlib.aclosing(stream):
+        async for part in stream:
+            seen.append(_part(part))
+            if len(seen) == count:
+                break
+    return seen
+
+
 def _assert_numbered(parts: list[tuple[int, str, Any]], first: int = 1) -> None:
     """Ids first, first+1, … without a gap or a repeat; ``end`` last and only there."""
     assert [p[0] for p in parts] == list(range(first, first + len(parts))), parts
@@ -150,13 +161,8 @@ async def test_a_dropped_client_resumes_on_another_server_with_exactly_the_missi
     a, b = one.client("alice"), two.client("alice")
     try:
         tid = (await a.threads.create())["thread_id"]
-        seen: list[tuple[int, str, Any]] = []
         stream = a.runs.stream(tid, "steps", input=SLOW, stream_mode=MODES, stream_resumable=True)
-        async with contextlib.aclosing(stream):
-            async for part in stream:
-                seen.append(_part(part))
-                if len(seen) == 5:  # metadata, input's values+updates, a's values+updates
-                    break
+        seen = await _first(stream, 5)  # metadata, input's values+updates, a's values+updates
         run_id = seen[0][2]["run_id"]
         assert (await b.runs.get(tid, run_id))["status"] in ("pending", "running")
 
@@ -324,7 +330,6 @@ async def test_on_disconnect_cancel_cancels_the_run_when_the_client_drops(
     gate = tmp_path / "gate"
     try:
         tid = (await a.threads.create())["thread_id"]
-        seen = []
         stream = a.runs.stream(
             tid,
             "steps",
@@ -332,11 +337,7 @@ async def test_on_disconnect_cancel_cancels_the_run_when_the_client_drops(
             stream_resumable=True,
             on_disconnect="cancel",
         )
-        async with contextlib.aclosing(stream):
-            async for part in stream:
-                seen.append(_part(part))
-                if len(seen) == 3:  # metadata, the input's values, a's values
-                    break
+        seen = await _first(stream, 3)  # metadata, the input's values, a's values
         run_id = seen[0][2]["run_id"]
         await wait_cancel_asked(b, tid, run_id)
         gate.touch()
@@ -438,13 +439,8 @@ async def test_a_process_without_the_shared_channel_layer_still_follows_the_log(
     a, c = one.client("alice"), lonely.client("alice")
     try:
         tid = (await a.threads.create())["thread_id"]
-        seen: list[tuple[int, str, Any]] = []
         stream = a.runs.stream(tid, "steps", input=SLOW, stream_mode=MODES, stream_resumable=True)
-        async with contextlib.aclosing(stream):
-            async for part in stream:
-                seen.append(_part(part))
-                if len(seen) == 3:
-                    break
+        seen = await _first(stream, 3)
         run_id = seen[0][2]["run_id"]
         rest = await _all(c.runs.join_stream(tid, run_id, last_event_id="3"))
         _assert_numbered(seen + rest)

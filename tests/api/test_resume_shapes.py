@@ -5,23 +5,10 @@ updates the values (an audited update_state by the token's owner) and then resum
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-
-from tests.api.conftest import Server
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def alice(request: pytest.FixtureRequest) -> Iterator[Any]:
-    if request.param == "postgres":
-        request.applymarker(pytest.mark.postgres)
-    server: Server = request.getfixturevalue("server" if request.param == "sqlite" else "pg_server")
-    client = server.sync_client("alice")
-    yield client
-    client.close()
 
 
 def _waiting(client: Any) -> str:

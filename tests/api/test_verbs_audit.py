@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -51,22 +50,6 @@ def _audit_page(server: Server, thread_id: str) -> str:
         page = web.get("/ui/audit/", params={"thread": thread_id})
         assert page.status_code == 200
         return page.text
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_server(request: pytest.FixtureRequest) -> Server:
-    name = "server" if request.param == "sqlite" else "pg_server"
-    if request.param == "postgres":
-        request.applymarker(pytest.mark.postgres)
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def alice(any_server: Server) -> Iterator[Any]:
-    """alice's sync SDK client on the server."""
-    client = any_server.sync_client("alice")
-    yield client
-    client.close()
 
 
 def test_resume_update_state_and_delete_of_a_workflow_are_audited_as_the_token_owner(

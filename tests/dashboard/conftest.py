@@ -150,26 +150,10 @@ def pg_dashboard_server(
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """Headless Debian Chromium through Playwright (fails in CI when it is missing).
-
-    Module-scoped: Playwright's sync API keeps an event loop running in the main thread
-    while it is open, and Django refuses ORM calls from a thread with a running loop, so
-    it must be closed before the (randomly ordered) tests of other modules run.
-    """
-    from tests.conftest import need_service
+    """Headless Debian Chromium (:func:`live_server.headless_chromium`)."""
     from tests.dashboard import live_server
 
-    need_service(
-        "Chromium",
-        live_server.chromium_available(),
-        "apt-get update && apt-get install -y chromium",
-    )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = live_server.launch_browser(playwright)
-        yield browser
-        browser.close()
+    yield from live_server.headless_chromium()
 
 
 @pytest.fixture

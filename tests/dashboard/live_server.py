@@ -11,10 +11,11 @@ a persona in through the login form.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, need_service
 from tests.servers import ROOT, DashboardServer, free_port, stop
 from tests.servers import manage as _manage
 from tests.servers import start_dashboard as start
@@ -26,6 +27,7 @@ __all__ = [
     "ROOT",
     "DashboardServer",
     "chromium_available",
+    "headless_chromium",
     "free_port",
     "launch_browser",
     "sign_in",
@@ -52,6 +54,23 @@ def chromium_available() -> bool:
 def launch_browser(playwright: Any) -> Any:
     """Headless Debian Chromium (never a downloaded browser)."""
     return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+
+
+def headless_chromium() -> Iterator[Any]:
+    """:func:`launch_browser` for a module-scoped ``chromium`` fixture to ``yield from``
+    (fails in CI when Chromium is missing); closed when the fixture ends.
+
+    Module-scoped: Playwright's sync API keeps an event loop running in the main thread
+    while it is open, and Django refuses ORM calls from a thread with a running loop, so
+    it must be closed before the (randomly ordered) tests of other modules run.
+    """
+    need_service("Chromium", chromium_available(), "apt-get update && apt-get install -y chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch_browser(playwright)
+        yield browser
+        browser.close()
 
 
 def sign_in(browser: Any, server: DashboardServer, who: str, **context_options: Any) -> Any:

@@ -57,19 +57,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
     """Headless Debian Chromium (module-scoped, closed before other modules run)."""
-    from tests.conftest import need_service
-
-    need_service(
-        "Chromium",
-        live_server.chromium_available(),
-        "apt-get update && apt-get install -y chromium",
-    )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = live_server.launch_browser(playwright)
-        yield browser
-        browser.close()
+    yield from live_server.headless_chromium()
 
 
 def _start(server: Any, graph_id: str, text: str, values: Any = None) -> str:

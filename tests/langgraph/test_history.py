@@ -6,10 +6,7 @@ in-process on ``InMemorySaver``; with the ``checkpoint``, ``before``, ``limit`` 
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,10 +14,10 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from tests.api.conftest import Server, start_server, stop_server
+from tests.api.conftest import Server
 from tests.langgraph.agents import review
+from tests.langgraph.conftest import langgraph_server
 
-AGENT = Path(__file__).parent / "agents" / "review.py"
 START = {"topic": "otters", "notes": [], "approved": False}
 
 
@@ -30,18 +27,8 @@ def server(
 ) -> Iterator[Server]:
     """A server whose langgraph.json registers the review graph as ``helpdesk``."""
     tmp_path = tmp_path_factory.mktemp(f"history-{request.param}")
-    project = tmp_path / "project"
-    (project / "agents").mkdir(parents=True)
-    shutil.copy(AGENT, project / "agents" / "helpdesk.py")
-    config = project / "langgraph.json"
-    config.write_text(json.dumps({"graphs": {"helpdesk": "./agents/helpdesk.py:graph"}}))
-    if request.param == "sqlite":
-        url = f"sqlite://{tmp_path / 'api.db'}"
-    else:
-        url = str(request.getfixturevalue("postgres_url"))
-    srv = start_server(url, tmp_path, CRIOGEN_LANGGRAPH_CONFIG=str(config))
-    yield srv
-    stop_server(srv)
+    with langgraph_server(request, tmp_path, {"helpdesk": "review.py:graph"}) as srv:
+        yield srv
 
 
 def _in_process() -> list[Any]:

@@ -9,7 +9,6 @@ the same state. On SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,10 +26,10 @@ from criogen.langgraph import CriogenSaver
 from criogen.langgraph.bridge import jsonable
 from criogen.langgraph.graphs import LangGraphGraph, load_langgraph
 from criogen.langgraph.hitl import check_response, is_hitl_request
-from tests.api.conftest import Server, start_server, stop_server
+from tests.api.conftest import Server
 from tests.langgraph.agents import support
+from tests.langgraph.conftest import langgraph_server
 
-AGENT = Path(__file__).parent / "agents" / "support.py"
 ASK = "refund order 42 by 10"
 
 
@@ -189,30 +188,10 @@ def test_a_strict_tool_refuses_an_edit_by_name(storage: Storage, ledger: Path) -
 def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Server, Path]]:
     """A server whose langgraph.json registers the agent as ``refunds`` and
     ``refunds_strict`` (``support`` is a Criogen agent of the settings); the tools write to the returned ledger."""
-    project = tmp_path / "project"
-    (project / "agents").mkdir(parents=True)
-    shutil.copy(AGENT, project / "agents" / "support.py")
-    config = project / "langgraph.json"
-    config.write_text(
-        json.dumps(
-            {
-                "graphs": {
-                    "refunds": "./agents/support.py:graph",
-                    "refunds_strict": "./agents/support.py:strict_graph",
-                }
-            }
-        )
-    )
     ledger = tmp_path / "ledger.jsonl"
-    if request.param == "sqlite":
-        url = f"sqlite://{tmp_path / 'api.db'}"
-    else:
-        url = str(request.getfixturevalue("postgres_url"))
-    srv = start_server(
-        url, tmp_path, CRIOGEN_LANGGRAPH_CONFIG=str(config), SUPPORT_LEDGER=str(ledger)
-    )
-    yield srv, ledger
-    stop_server(srv)
+    graphs = {"refunds": "support.py:graph", "refunds_strict": "support.py:strict_graph"}
+    with langgraph_server(request, tmp_path, graphs, SUPPORT_LEDGER=str(ledger)) as srv:
+        yield srv, ledger
 
 
 def _in_process(ask: dict[str, Any], resume: dict[str, Any]) -> dict[str, Any]:

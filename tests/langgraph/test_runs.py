@@ -5,34 +5,22 @@ each step; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.api.conftest import Server, start_server, stop_server
+from tests.api.conftest import Server
+from tests.langgraph.conftest import langgraph_server
 
-AGENT = Path(__file__).parent / "agents" / "review.py"
 START = {"topic": "otters", "notes": [], "approved": False}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     """A server whose langgraph.json registers the review graph as ``helpdesk``."""
-    project = tmp_path / "project"
-    (project / "agents").mkdir(parents=True)
-    shutil.copy(AGENT, project / "agents" / "helpdesk.py")
-    config = project / "langgraph.json"
-    config.write_text(json.dumps({"graphs": {"helpdesk": "./agents/helpdesk.py:graph"}}))
-    if request.param == "sqlite":
-        url = f"sqlite://{tmp_path / 'api.db'}"
-    else:
-        url = str(request.getfixturevalue("postgres_url"))
-    srv = start_server(url, tmp_path, CRIOGEN_LANGGRAPH_CONFIG=str(config))
-    yield srv
-    stop_server(srv)
+    with langgraph_server(request, tmp_path, {"helpdesk": "review.py:graph"}) as srv:
+        yield srv
 
 
 @pytest.mark.slow

@@ -9,14 +9,14 @@ those are left out of the comparison."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.api.conftest import Server, start_server, stop_server
+from tests.api.conftest import Server
+from tests.langgraph.conftest import langgraph_server
 
 HERE = Path(__file__).parent
 RECORDED = json.loads((HERE / "data" / "langgraph_server.json").read_text())
@@ -56,21 +56,9 @@ def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
     tmp_path = tmp_path_factory.mktemp(f"shapes-{request.param}")
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ("nested.py", "review.py"):
-        shutil.copy(HERE / "agents" / name, project / name)
-    config = project / "langgraph.json"
-    config.write_text(
-        json.dumps({"graphs": {"nested": "./nested.py:graph", "helpdesk": "./review.py:graph"}})
-    )
-    if request.param == "sqlite":
-        url = f"sqlite://{tmp_path / 'api.db'}"
-    else:
-        url = str(request.getfixturevalue("postgres_url"))
-    srv = start_server(url, tmp_path, CRIOGEN_LANGGRAPH_CONFIG=str(config))
-    yield srv
-    stop_server(srv)
+    graphs = {"nested": "nested.py:graph", "helpdesk": "review.py:graph"}
+    with langgraph_server(request, tmp_path, graphs) as srv:
+        yield srv
 
 
 def _same(value: Any, *, interrupt: bool = False) -> Any:

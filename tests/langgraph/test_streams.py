@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,13 +23,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.conftest import Server, start_server, stop_server
+from tests.api.conftest import Server, stop_server
 from tests.langgraph import stream_cases
+from tests.langgraph.conftest import langgraph_project, langgraph_server
 from tests.langgraph.stream_cases import CASES, GRAPH, INPUT, Case, normalise
 
 pytestmark = pytest.mark.slow
 
-AGENT = Path(__file__).parent / "agents" / "streaming.py"
 REFERENCE = json.loads((Path(__file__).parent / "streams_reference.json").read_text())
 
 
@@ -40,17 +39,8 @@ def server(
 ) -> Iterator[Server]:
     """A server whose langgraph.json registers the streaming graph as ``streamer``."""
     tmp = tmp_path_factory.mktemp(f"streams-{request.param}")
-    (tmp / "agents").mkdir()
-    shutil.copy(AGENT, tmp / "agents" / "streaming.py")
-    config = tmp / "langgraph.json"
-    config.write_text(json.dumps({"graphs": {GRAPH: "./agents/streaming.py:graph"}}))
-    if request.param == "sqlite":
-        url = f"sqlite://{tmp / 'api.db'}"
-    else:
-        url = str(request.getfixturevalue("postgres_url"))
-    srv = start_server(url, tmp, CRIOGEN_LANGGRAPH_CONFIG=str(config))
-    yield srv
-    stop_server(srv)
+    with langgraph_server(request, tmp, {GRAPH: "streaming.py:graph"}) as srv:
+        yield srv
 
 
 def without_end(events: list[list[Any]]) -> list[list[Any]]:
@@ -212,10 +202,7 @@ def celery_server(
 
     need_service("redis-server", redis_server_available(), "apt-get install -y redis-server")
     tmp = tmp_path_factory.mktemp(f"streams-celery-{request.param}")
-    (tmp / "agents").mkdir()
-    shutil.copy(AGENT, tmp / "agents" / "streaming.py")
-    config = tmp / "langgraph.json"
-    config.write_text(json.dumps({"graphs": {GRAPH: "./agents/streaming.py:graph"}}))
+    config = langgraph_project(tmp / "project", {GRAPH: "streaming.py:graph"})
     logs = tmp / "logs"
     logs.mkdir()
     redis = RedisServer(tmp).start()

@@ -7,7 +7,6 @@ where no recording of LangGraph's server is needed)."""
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,13 +15,13 @@ from typing import Any
 import pytest
 
 from criogen.langgraph.bridge import jsonable
-from tests.api.conftest import Server, start_server, stop_server
+from tests.api.conftest import Server
 from tests.langgraph.agents import support
+from tests.langgraph.conftest import langgraph_server
 from tests.langgraph.stream_cases import normalise
 
 pytestmark = pytest.mark.slow
 
-AGENT = Path(__file__).parent / "agents" / "support.py"
 ASK = {"messages": [{"type": "human", "content": "refund order 42 by 10", "id": "h1"}]}
 APPROVE = {"decisions": [{"type": "approve"}]}
 MODES = ["updates", "messages-tuple"]
@@ -31,21 +30,10 @@ MODES = ["updates", "messages-tuple"]
 @pytest.fixture(params=["sqlite", "postgres"])
 def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Server, Path]]:
     """A server with the agent as ``refunds``; its tools write to the returned ledger."""
-    project = tmp_path / "project"
-    (project / "agents").mkdir(parents=True)
-    shutil.copy(AGENT, project / "agents" / "support.py")
-    config = project / "langgraph.json"
-    config.write_text(json.dumps({"graphs": {"refunds": "./agents/support.py:graph"}}))
     ledger = tmp_path / "ledger.jsonl"
-    if request.param == "sqlite":
-        url = f"sqlite://{tmp_path / 'api.db'}"
-    else:
-        url = str(request.getfixturevalue("postgres_url"))
-    srv = start_server(
-        url, tmp_path, CRIOGEN_LANGGRAPH_CONFIG=str(config), SUPPORT_LEDGER=str(ledger)
-    )
-    yield srv, ledger
-    stop_server(srv)
+    graphs = {"refunds": "support.py:graph"}
+    with langgraph_server(request, tmp_path, graphs, SUPPORT_LEDGER=str(ledger)) as srv:
+        yield srv, ledger
 
 
 def in_process() -> list[list[Any]]:

@@ -23,6 +23,7 @@ with the command that starts it; with ``CI=true`` it fails.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import uuid
@@ -46,7 +47,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """A test outside tests/reliability marked ``reliability`` repeats, longer or under
     other settings, what a faster test of ``make test`` already shows: it runs under
     ``make reliability`` (``CRIOGEN_RELIABILITY_FULL=1``) only. (Inside tests/reliability
-    the marker is on every test, and a fast subset of each runs in ``make test``.)"""
+    the marker is on every test, and a fast subset of each runs in ``make test``.)
+
+    ``@pytest.mark.reliability_variants("postgres")`` marks only those parametrized
+    variants of a test (an id part equal to one of the names) as such repeats: the
+    server-level behaviour is shown by the variant that stays, and the database's own
+    code by the storage suites that run on both."""
+    for item in items:
+        variants = item.get_closest_marker("reliability_variants")
+        callspec = getattr(item, "callspec", None)
+        chosen = variants is not None and callspec is not None
+        if chosen and set(variants.args) & set(callspec.id.split("-")):
+            item.add_marker(pytest.mark.reliability)
     if RELIABILITY_FULL:
         return
     skip = pytest.mark.skip(reason="a longer repeat: make reliability runs it")
@@ -113,6 +125,35 @@ def postgres_available() -> bool:
         return False
 
 
+_doomed: list[str] = []
+"""PostgreSQL databases the tests are done with, dropped when the session ends."""
+
+
+def drop_database_later(name: str) -> None:
+    """Drop the PostgreSQL database ``name`` when this process ends rather than now.
+
+    Each ``DROP DATABASE`` makes the server take an immediate checkpoint, which flushes
+    every other database's writes too: about 2 s on these machines in the middle of the
+    suite, waited for by the teardown that dropped it (135 drops a session). At the end
+    the first drop flushes and the rest find little to do. Callers close their own
+    Django connections to it first; ``FORCE`` ends any other."""
+    if not _doomed:
+        atexit.register(_drop_doomed)
+    _doomed.append(name)
+
+
+def _drop_doomed() -> None:
+    import psycopg
+
+    names, _doomed[:] = list(_doomed), []
+    try:
+        with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as c:
+            for name in names:
+                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    except psycopg.Error as exc:  # the server is gone: nothing left to clean from here
+        print(f"could not drop the test databases {names}: {exc}", file=sys.stderr)
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session, dropped at the end."""
@@ -128,8 +169,7 @@ def postgres_url() -> Iterator[str]:
     for alias in list(connections.settings):
         if connections.settings[alias].get("NAME") == name:
             connections[alias].close()
-    with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database_later(name)
 
 
 @contextmanager
@@ -151,8 +191,7 @@ def fresh_postgres_database(prefix: str = "criogen_own") -> Iterator[str]:
         for alias in list(connections.settings):
             if connections.settings[alias].get("NAME") == name:
                 connections[alias].close()
-        with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database_later(name)
 
 
 @contextmanager

@@ -263,7 +263,7 @@ def fresh_postgres(prefix: str = "criogen_srv") -> Any:
             url = f"postgres://postgres@{PG_HOST}:5432/{_PG_TEMPLATE}"
             out = manage(server_env(url, API_ENV), "shell", "-c", setup_script())
             _template["pg"] = json.loads(out.split("TOKENS=", 1)[1].strip())
-            atexit.register(_drop, _PG_TEMPLATE)
+            _drop(_PG_TEMPLATE)  # when the session ends
         name = f"{prefix}_{uuid.uuid4().hex[:10]}"
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{_PG_TEMPLATE}"')
@@ -311,12 +311,9 @@ def run_module_on_postgresql(path: str, env: dict[str, str]) -> Any:
 
 
 def _drop(name: str) -> None:
-    import psycopg
+    from tests.conftest import drop_database_later
 
-    from tests.conftest import PG_HOST
-
-    with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database_later(name)
 
 
 def _from_template(database_url: str) -> dict[str, str] | None:

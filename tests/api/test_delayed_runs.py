@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 
 from tests.api.conftest import Server, start_server, stop_server
-from tests.conftest import PG_HOST, START_POSTGRES, need_service, postgres_available
+from tests.conftest import (
+    PG_HOST,
+    START_POSTGRES,
+    drop_database_later,
+    need_service,
+    postgres_available,
+)
 
 STEPS_DONE = {"steps": ["a", "b", "c"], "n": 3}
 DELAY = 2
@@ -164,8 +170,7 @@ def fresh_postgres_url() -> Iterator[str]:
     with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     yield f"postgres://postgres@{PG_HOST}:5432/{name}"
-    with psycopg.connect(f"host={PG_HOST} user=postgres dbname=test", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database_later(name)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -175,6 +180,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return request.getfixturevalue("fresh_postgres_url")
 
 
+@pytest.mark.reliability_variants("postgres")  # the timer's recovery is the same on both
 def test_a_delayed_run_survives_a_server_restart(database_url: str, tmp_path: Path) -> None:
     server = start_server(database_url, tmp_path)
     try:

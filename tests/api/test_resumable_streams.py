@@ -432,6 +432,7 @@ def test_a_silent_stream_sends_heartbeats(pair: tuple[Server, Server], tmp_path:
     assert text.rstrip().endswith("event: end\ndata: null")
 
 
+@pytest.mark.reliability_variants("postgres")  # the log's reads: both databases, other tests
 async def test_a_process_without_the_shared_channel_layer_still_follows_the_log(
     pair: tuple[Server, Server], lonely: Server
 ) -> None:
@@ -545,6 +546,7 @@ async def test_a_run_queued_behind_another_streams_only_its_own_changes(
         await b.aclose()
 
 
+@pytest.mark.reliability_variants("postgres")  # the sweep's delete: both databases, above
 def test_the_in_process_timer_prunes_logs_past_their_retention(
     pair: tuple[Server, Server], tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import celery_worker_argv, need_service
+from tests.conftest import celery_worker_argv, drop_database_later, need_service
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -190,8 +190,7 @@ def cluster_database(postgres_url: str) -> Iterator[str]:
     for alias in list(connections.settings):
         if connections.settings[alias].get("NAME") == name:
             connections[alias].close()
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database_later(name)
 
 
 @pytest.fixture(scope="module")

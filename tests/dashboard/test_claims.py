@@ -101,6 +101,7 @@ out({{"holder": holder(tid), "status": t.head_status, "refused": refused}})
         assert after["refused"] == "not_suspended"
 
 
+@pytest.mark.reliability_variants("sqlite")  # the race that matters is PostgreSQL's
 def test_two_processes_claiming_at_once_one_wins(server: Any) -> None:
     tid = server.start_hitl(prefix="race")
     code = (

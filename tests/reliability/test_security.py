@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from tests.api.conftest import ROOT, Server, _manage, start_server, stop_server
+from tests.conftest import drop_database_later
 from tests.reliability.conftest import FULL, OPERATOR_PASSWORD, Figures
 from tests.reliability.helpers import dashboard_session, pg, wait_idle
 
@@ -339,8 +340,7 @@ def own_database(postgres_url: str) -> Iterator[str]:
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     yield postgres_url.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database_later(name)
 
 
 def _rows_with(database_url: str, needle: str) -> list[str]:

@@ -227,9 +227,8 @@ def celery_server(
         yield server
 
 
-@pytest.mark.reliability_variants(
-    "postgres"
-)  # SQLite shows the worker's side; storage suites PostgreSQL
+# On SQLite it shows the worker's side; the storage suites show PostgreSQL's.
+@pytest.mark.reliability_variants("postgres")
 @pytest.mark.parametrize("name", ["mixed-subgraphs", "interrupt-updates", "messages", "events"])
 async def test_a_celery_worker_streams_what_langgraphs_server_streams(
     celery_server: Server, name: str

@@ -144,11 +144,16 @@ def test_a_hundred_concurrent_runs_on_one_thread_are_serialised(
 
 
 def queue_a_run(server: Server, tid: str, start: threading.Barrier | None) -> int:
-    """Queue a ``steps`` run on ``tid`` (after ``start``, when given); the status code."""
+    """Queue a ``steps`` run on ``tid`` (after ``start``, when given); the status code.
+
+    Without ``start`` the run is queued first and must still be active when the rewind
+    comes: its node b sleeps half a second (a run of three plain steps can end before
+    the next request arrives)."""
     with server.http("alice") as http:
         if start is not None:
             start.wait()
-        body = {"assistant_id": "steps", "input": {}, "multitask_strategy": "enqueue"}
+        steps = {} if start is not None else {"sleep": 0.5}
+        body = {"assistant_id": "steps", "input": steps, "multitask_strategy": "enqueue"}
         return http.post(f"/threads/{tid}/runs", json=body).status_code
 
 

@@ -161,7 +161,14 @@ def test_celery_workers_killed_at_random_steps_all_runs_recover(
                 "WHERE e.thread_id = ANY(%s) AND e.tool = 'issue_refund'",
                 (approved,),
             ).fetchall()
-        assert runs_by_status == {"interrupted": crashes, "success": crashes * 4}, runs_by_status
+            # Every run, for the failure message: which one ended otherwise, and how.
+            runs = db.execute(
+                "SELECT thread_id, run_id, status, attempts, hand_backs, command IS NOT NULL, "
+                "error FROM criogen_run WHERE thread_id = ANY(%s) ORDER BY created_at",
+                (threads,),
+            ).fetchall()
+        expected = {"interrupted": crashes, "success": crashes * 4}
+        assert runs_by_status == expected, (runs_by_status, runs, workers.dump("worker logs"))
         figures.celery_crashes_recovered += crashes
         for tid in threads:
             check_contiguous(own_database, tid, figures)

@@ -132,6 +132,16 @@
   });
   document.addEventListener("htmx:sendError", function (ev) { showProblem(ev.detail.elt, problemText(null)); });
   document.addEventListener("htmx:timeout", function (ev) { showProblem(ev.detail.elt, problemText(null)); });
+  // An action's answer can arrive after a live update (sent when the action committed)
+  // replaced its target, #actions say: it goes into the element of that id the page
+  // has now, not into the detached one the request started from, where its outcome
+  // would never be seen.
+  document.addEventListener("htmx:beforeSwap", function (ev) {
+    var target = ev.detail.target;
+    if (!target || !target.id || document.contains(target)) return;
+    var now = document.getElementById(target.id);
+    if (now) ev.detail.target = now;
+  });
   // A 422 in plain text is a refusal of what was typed with nothing to re-render (an
   // inbox card's reason): show it by the form and leave the form as it is.
   document.addEventListener("htmx:beforeSwap", function (ev) {
@@ -196,11 +206,16 @@
   // -- the decision panel keeps what was typed across a live swap ---------------------------
   // A live update re-renders #actions (the thread moved, or the socket's first sync).
   // When it still answers the same suspension (same "expected" checkpoint), what the
-  // operator had typed, chosen or opened comes back, and so does the focus.
+  // operator had typed, chosen or opened comes back, and so does the focus. The outcome
+  // of the operator's last action ("Cancel requested…") stays too: the update its own
+  // action caused would otherwise wipe it out before it was read.
   var panel = null;
+  var before = null;
   document.addEventListener("htmx:wsBeforeMessage", function () {
     var actions = document.getElementById("actions");
     var expected = actions && actions.querySelector("input[name=expected]");
+    var flash = actions && actions.querySelector(":scope > .flash[role=status]");
+    before = actions ? { actions: actions, flash: flash } : null;
     panel = null;
     if (!expected) return;
     panel = { expected: expected.value, values: {}, checked: [], open: [], focus: null };
@@ -217,8 +232,14 @@
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
     var saved = panel;
+    var was = before;
     panel = null;
+    before = null;
     var actions = document.getElementById("actions");
+    if (was && was.flash && actions && actions !== was.actions &&
+        !actions.querySelector(":scope > .flash[role=status]")) {
+      actions.insertBefore(was.flash, actions.firstChild);
+    }
     var expected = actions && actions.querySelector("input[name=expected]");
     if (!saved || !expected || expected.value !== saved.expected) return;
     Object.keys(saved.values).forEach(function (name) {

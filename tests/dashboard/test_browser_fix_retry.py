@@ -73,6 +73,11 @@ def test_a_running_run_is_cancelled_from_its_thread_page(signed_in, dashboard_se
     assert run is not None
     status = dashboard_server.call(lambda c: c.runs.get(tid, run_id))["status"]
     assert status == "interrupted"
+    # The live update of the run's end re-rendered the actions (now "Continue from"),
+    # and the outcome of the operator's cancel is still there to read.
+    actions = page.locator("#actions")
+    expect(actions.get_by_role("button", name="Continue from v", exact=False)).to_be_visible()
+    expect(actions.locator("[role=status]")).to_contain_text("Cancel")
     page.reload()
     expect(page.locator("#thread-header [data-stopped]")).to_have_text(
         "paused: run cancelled by olga"

@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
+TEST_WORKERS ?= 2
 export PYTHONDONTWRITEBYTECODE := 1
 
 .DEFAULT_GOAL := help
@@ -66,7 +67,7 @@ fmt: install ## Format the code
 
 test: install install-ts install-a11y check ## Run the whole test suite (SQLite, PostgreSQL, memory)
 	$(BIN)/pytest -q -p no:randomly tests/test_boundaries.py
-	$(BIN)/pytest -q --durations=30
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=30
 
 reliability: install ## Run the full reliability suite (crashes, races, bad input) and print its figures
 	CRIOGEN_RELIABILITY_FULL=1 $(BIN)/pytest -p no:randomly tests/reliability

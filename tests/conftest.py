@@ -86,6 +86,21 @@ START_REDIS = (
     "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log"
 )
 
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+"""This test process's number among pytest-xdist's workers (0 when it runs alone)."""
+
+_REDIS_DATABASES = {"streams": 0, "dashboard": 4, "presence": 8, "celery": 12}
+
+
+def redis_url(purpose: str) -> str:
+    """The shared Redis (6379) database that this test process uses for ``purpose``
+    (``streams``, ``dashboard``, ``presence`` or ``celery``): each purpose and each
+    pytest-xdist worker its own, so that two workers' servers never meet in one
+    channel group or queue. Redis has 16 databases: four workers at most."""
+    if WORKER >= 4:
+        raise RuntimeError("the suite runs on at most 4 pytest-xdist workers (-n 4)")
+    return f"redis://127.0.0.1:6379/{_REDIS_DATABASES[purpose] + WORKER}"
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _fast_password_hashing() -> Iterator[None]:

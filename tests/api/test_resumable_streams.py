@@ -24,11 +24,11 @@ from langgraph_sdk import get_client
 
 from tests.api.conftest import Server, _manage, start_server, stop_server
 from tests.api.test_runs import wait_cancel_asked
-from tests.conftest import START_REDIS, need_service
+from tests.conftest import START_REDIS, need_service, redis_url
 
 pytestmark = pytest.mark.redis
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
+REDIS_URL = redis_url("streams")
 SLOW = {"n": 0, "sleep": 3}
 """``steps`` input whose node b sleeps: the run is still going when the client drops."""
 MODES = ["values", "updates"]

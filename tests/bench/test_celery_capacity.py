@@ -15,8 +15,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import celery_capacity as capacity  # noqa: E402 - bench/celery_capacity.py
@@ -164,9 +162,8 @@ def test_the_meter_charges_each_process_to_its_group(tmp_path: Path) -> None:
     assert meter.seconds > 0.5
 
 
-@pytest.mark.parametrize("pid", [os.getpid()])
-def test_a_process_cpu_is_read_from_proc(pid: int) -> None:
-    stat = capacity.proc_stat(pid)
+def test_a_process_cpu_is_read_from_proc() -> None:
+    stat = capacity.proc_stat(os.getpid())
     assert stat is not None
     name, parent, cpu = stat
     assert parent == os.getppid() and cpu > 0 and name

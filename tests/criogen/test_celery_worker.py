@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import celery_worker_argv, drop_database_later, need_service
+from tests.conftest import celery_worker_argv, drop_database_later, need_service, redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-BROKER = "redis://127.0.0.1:6379/9"
+BROKER = redis_url("celery")
 LEASE = 3
 
 

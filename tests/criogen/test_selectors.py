@@ -77,7 +77,7 @@ def test_it_lists_a_threads_runs_newest_first_and_finds_one(thread_id: str) -> N
     assert get_run(run_id=str(runs[0].pk), thread_id=thread_id).pk == runs[0].pk
 
 
-@pytest.mark.parametrize("run_id", ["nope", str(uuid.uuid4())])
+@pytest.mark.parametrize("run_id", ["nope", "0b6f2a4e-9d1c-4f5a-8e3b-7c2d1a0f9e84"])
 def test_an_unknown_run_is_run_not_found(thread_id: str, run_id: str) -> None:
     with pytest.raises(RunNotFound) as caught:
         get_run(run_id=run_id)

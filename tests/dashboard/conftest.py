@@ -139,11 +139,11 @@ def pg_dashboard_server(
     """The dashboard on the session's PostgreSQL database with the Redis channel layer
     (the production setup): live events cross processes through Redis."""
     from tests import servers
-    from tests.conftest import START_REDIS, need_service
+    from tests.conftest import START_REDIS, need_service, redis_url
 
     need_service("Redis", redis_available(), START_REDIS)
     tmp = tmp_path_factory.mktemp("dashboard-pg")
-    server = servers.start_dashboard(postgres_url, tmp, REDIS_URL="redis://127.0.0.1:6379/5")
+    server = servers.start_dashboard(postgres_url, tmp, REDIS_URL=redis_url("dashboard"))
     yield server
     servers.stop(server)
 

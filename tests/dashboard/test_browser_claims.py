@@ -84,13 +84,13 @@ def two_processes(
 ) -> Iterator[tuple[Any, Any]]:
     """Two dashboard servers (two processes) on one PostgreSQL database and one Redis
     channel layer, as in production, with a 1 s presence heartbeat."""
-    from tests.conftest import START_REDIS, need_service
+    from tests.conftest import START_REDIS, need_service, redis_url
     from tests.dashboard import live_server
     from tests.dashboard.conftest import redis_available
 
     need_service("Redis", redis_available(), START_REDIS)
     tmp = tmp_path_factory.mktemp("presence")
-    options = {"REDIS_URL": "redis://127.0.0.1:6379/6", "CRIOGEN_PRESENCE_HEARTBEAT": "1"}
+    options = {"REDIS_URL": redis_url("presence"), "CRIOGEN_PRESENCE_HEARTBEAT": "1"}
     first = live_server.start(postgres_url, tmp, **options)
     second = live_server.start(postgres_url, tmp, **options)
     yield first, second

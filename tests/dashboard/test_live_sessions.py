@@ -224,7 +224,7 @@ async def test_an_unrelated_change_to_the_user_keeps_the_socket(operator) -> Non
 @pytest.fixture
 def redis_layer(settings: Any) -> Iterator[None]:
     """The Redis channel layer (production's), on its own prefix."""
-    from tests.conftest import START_REDIS, need_service
+    from tests.conftest import START_REDIS, need_service, redis_url
     from tests.dashboard.conftest import redis_available
 
     need_service("Redis", redis_available(), START_REDIS)
@@ -232,7 +232,7 @@ def redis_layer(settings: Any) -> Iterator[None]:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": ["redis://127.0.0.1:6379/5"],
+                "hosts": [redis_url("dashboard")],
                 "prefix": f"criogen-test-{uuid.uuid4().hex[:8]}",
             },
         }

@@ -1,5 +1,10 @@
 """Checkpoint reads: a checkpoint's row, then its state built from the value rows it
 points at (one index range scan per key), in raw SQL; listing and deleting threads.
+
+The reads the REST API makes on every state and history request (a thread's newest
+checkpoints, then their value rows) are prepared on PostgreSQL (:func:`pg_run`), and
+:meth:`OrmReads.history_for` checks in the same statement that the caller may see the
+thread (bench/NOTES.md, "The read path in one statement").
 """
 
 from __future__ import annotations
@@ -59,6 +64,14 @@ class OrmReads(OrmAudit):
             value_bases=data.get("bases", {}),
         )
 
+    def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of a read on the API's hot path: prepared on PostgreSQL."""
+        if self.vendor == "postgresql":
+            return list(self._pg_run(sql, params, fetch=True))
+        with self._cursor() as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
     def _checkpoints(self, thread_id: str, rows: Iterable[Sequence[Any]]) -> list[Checkpoint]:
         bare = [self._bare(thread_id, row) for row in rows]
         if not bare:
@@ -96,12 +109,8 @@ class OrmReads(OrmAudit):
         for (thread_id, key), (low, high) in sorted(ranges.items()):
             params += [thread_id, key, low, high]
         out: dict[str, dict[tuple[str, int], ValueRow]] = {}
-        with self._cursor() as cur:
-            cur.execute(sql, params)
-            for thread_id, key, version, kind, data, prev in cur.fetchall():
-                out.setdefault(thread_id, {})[(key, version)] = ValueRow(
-                    kind, self._open(data), prev
-                )
+        for thread_id, key, version, kind, data, prev in self._fetch(sql, params):
+            out.setdefault(thread_id, {})[(key, version)] = ValueRow(kind, self._open(data), prev)
         return out
 
     def heads(self, thread_ids: Sequence[str]) -> dict[str, Checkpoint]:
@@ -128,14 +137,7 @@ class OrmReads(OrmAudit):
         return found
 
     def head(self, thread_id: str) -> Checkpoint | None:
-        with self._cursor() as cur:
-            cur.execute(
-                f"SELECT {_CHECKPOINT_COLUMNS} FROM criogen_checkpoint WHERE thread_id = %s"  # noqa: S608
-                " ORDER BY version DESC LIMIT 1",
-                [thread_id],
-            )
-            rows = cur.fetchall()
-        found = self._checkpoints(thread_id, rows)
+        found = self.history(thread_id, limit=1)
         return found[0] if found else None
 
     def get_checkpoint(self, thread_id: str, checkpoint_id: str) -> Checkpoint:
@@ -159,8 +161,29 @@ class OrmReads(OrmAudit):
     def history(
         self, thread_id: str, *, limit: int | None = None, before: int | None = None
     ) -> list[Checkpoint]:
+        return self.history_for(thread_id, owner=None, limit=limit, before=before)
+
+    def history_for(
+        self,
+        thread_id: str,
+        *,
+        owner: Any,
+        limit: int | None = None,
+        before: int | None = None,
+    ) -> list[Checkpoint]:
+        """:meth:`history`, and nothing unless the thread is ``owner``'s (the primary
+        key of a user; None: anyone's), checked in the same statement.
+
+        An empty answer does not say why (no such thread, another owner's, or no
+        checkpoints in the range): the caller that needs to know asks the thread's row.
+        """
         sql = f"SELECT {_CHECKPOINT_COLUMNS} FROM criogen_checkpoint WHERE thread_id = %s"  # noqa: S608
         params: list[Any] = [thread_id]
+        if owner is not None:
+            # Uncorrelated: PostgreSQL and SQLite evaluate it once, a probe of the
+            # thread's primary key, before the checkpoint index's backward scan.
+            sql += " AND EXISTS (SELECT 1 FROM criogen_thread WHERE id = %s AND owner_id = %s)"
+            params += [thread_id, owner]
         if before is not None:
             sql += " AND version < %s"
             params.append(before)
@@ -168,10 +191,7 @@ class OrmReads(OrmAudit):
         if limit is not None:
             sql += " LIMIT %s"
             params.append(limit)
-        with self._cursor() as cur:
-            cur.execute(sql, params)
-            rows = cur.fetchall()
-        return self._checkpoints(thread_id, rows)
+        return self._checkpoints(thread_id, self._fetch(sql, params))
 
     def delete_thread(self, thread_id: str, *, audit: AuditRecord | None = None) -> bool:
         from criogen.storage.models import Thread

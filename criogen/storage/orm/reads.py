@@ -10,7 +10,6 @@ thread (bench/NOTES.md, "The read path in one statement").
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -35,7 +34,9 @@ __all__ = ["OrmReads"]
 
 _CHECKPOINT_COLUMNS = "id, version, run_id, source, status, parent_id, created_at, body"
 
-_LONG_NUMBER = re.compile(r"\d{19}")
+_DIGITS_ONLY = bytes(0x39 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+"""A ``bytes.translate`` table: every digit becomes ``9``, every other byte a space."""
+_LONG_NUMBER = b"9" * 19
 
 
 def _loads(text: str) -> Any:
@@ -44,12 +45,17 @@ def _loads(text: str) -> Any:
     A history page decodes every state's values and every checkpoint's body: with
     Python's parser that was a fifth of the page's CPU. orjson refuses what Python
     accepts beyond JSON (``NaN``, ``Infinity``, lone surrogates), and reads integers
-    past 64 bits as floats: text with a run of 19 digits, and anything orjson
-    refuses, goes to Python's parser, so every value is the one ``json.loads`` gives.
+    past 64 bits as floats: text with a run of 19 digits (found by a byte translation,
+    several times faster than a regular expression), and anything orjson refuses, goes
+    to Python's parser, so every value is the one ``json.loads`` gives.
     """
-    if _LONG_NUMBER.search(text) is None:
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        return json.loads(text)
+    if _LONG_NUMBER not in data.translate(_DIGITS_ONLY):
         try:
-            return orjson.loads(text)
+            return orjson.loads(data)
         except orjson.JSONDecodeError:
             pass
     return json.loads(text)

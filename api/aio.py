@@ -12,6 +12,11 @@ idle for more than a second, or that the server closed, is checked before it is
 reused (:mod:`criogen.storage.connections`). The pool bounds the API's connections to
 its size.
 
+:func:`plan_ahead` lets a hot read run in the same thread hop as the request's token
+check (:func:`run_ahead`, called by :mod:`api.auth`); the endpoint then takes that
+answer with :func:`db_ahead` if it asks for exactly the call that was planned, and
+otherwise makes its own hop as :func:`db` does.
+
 :func:`wait_for_run` waits for a run to end on the event loop: runs executed in this
 process wake it through their ``run.changed`` events; runs executed elsewhere (Celery)
 are re-read with a backoff up to one second, as :func:`criogen.services.runs.wait_run`
@@ -31,8 +36,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections
+from django.http import HttpRequest
 
 from criogen import events
+from criogen.engine.errors import CriogenError
 from criogen.selectors import refresh_run
 from criogen.services.runs import ENDED
 from criogen.storage.connections import close_old_connections, mark_used
@@ -40,7 +47,15 @@ from criogen.storage.connections import close_old_connections, mark_used
 if TYPE_CHECKING:
     from criogen.storage.models import Run
 
-__all__ = ["db", "max_age", "pool_size", "wait_for_run"]
+__all__ = [
+    "db",
+    "db_ahead",
+    "max_age",
+    "plan_ahead",
+    "pool_size",
+    "run_ahead",
+    "wait_for_run",
+]
 
 T = TypeVar("T")
 
@@ -90,6 +105,77 @@ async def db(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` on a thread of the API's pool (it may use the ORM)."""
     run = sync_to_async(_job, thread_sensitive=False, executor=_pool())
     return await run(fn, args, kwargs)
+
+
+# -- a read in the token check's hop ---------------------------------------------------
+# An authenticated async request hops to the pool twice: the token check (an auth
+# callable, which django-ninja awaits before it parses the parameters), then the
+# endpoint's own job. For the hot reads each hop is a thread switch each way and Django's
+# connection bookkeeping, as much CPU as the read's statements (bench/NOTES.md, "The read
+# path in one statement"). So an endpoint may plan, from the raw request, the call it
+# will most likely make; the token check's job makes it right after the token, and the
+# endpoint, once django-ninja has validated its parameters, takes that answer only if it
+# asks for exactly that call (same function, same arguments, the same caller). The
+# planned call is a read: made for a request that then fails validation, it changed
+# nothing. Its Criogen errors (404, 422) are raised where the endpoint would have raised
+# them; any other exception is dropped and the endpoint makes the call itself, as before.
+
+Plan = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+"""``(fn, args, kwargs)``: a call :func:`db` would make."""
+
+_plans: dict[tuple[str, str], Callable[[HttpRequest, Any], Plan | None]] = {}
+_AHEAD = "_criogen_ahead"
+
+
+def plan_ahead(
+    method: str, url_name: str
+) -> Callable[
+    [Callable[[HttpRequest, Any], Plan | None]], Callable[[HttpRequest, Any], Plan | None]
+]:
+    """Register ``planner(request, who)`` for ``method`` requests to the URL named
+    ``url_name`` (django-ninja names a path after its first operation): it returns the
+    call the endpoint will make for ``who``, or None to plan nothing."""
+
+    def register(
+        planner: Callable[[HttpRequest, Any], Plan | None],
+    ) -> Callable[[HttpRequest, Any], Plan | None]:
+        _plans[(method, url_name)] = planner
+        return planner
+
+    return register
+
+
+def run_ahead(request: HttpRequest, who: Any) -> None:
+    """Make the call planned for ``request`` (on the current pool thread, after its
+    token check) and keep its answer on the request for :func:`db_ahead`."""
+    match = getattr(request, "resolver_match", None)
+    planner = _plans.get((request.method or "", match.url_name)) if match else None
+    if planner is None:
+        return
+    plan = planner(request, who)
+    if plan is None:
+        return
+    fn, args, kwargs = plan
+    try:
+        outcome: tuple[bool, Any] = (True, fn(*args, **kwargs))
+    except CriogenError as exc:
+        outcome = (False, exc)
+    except Exception:  # noqa: BLE001 - the endpoint makes the call again, in its own job
+        return
+    setattr(request, _AHEAD, (plan, outcome))
+
+
+async def db_ahead(request: HttpRequest, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``await db(fn, *args, **kwargs)``, or the answer of that very call if the
+    request's token check already made it (:func:`run_ahead`)."""
+    ahead = request.__dict__.pop(_AHEAD, None)
+    if ahead is not None:
+        (planned_fn, planned_args, planned_kwargs), (ok, value) = ahead
+        if planned_fn is fn and planned_args == args and planned_kwargs == kwargs:
+            if ok:
+                return value  # type: ignore[no-any-return]
+            raise value
+    return await db(fn, *args, **kwargs)
 
 
 # -- waiting for runs -----------------------------------------------------------------

@@ -178,7 +178,18 @@ async def _from_token_off_loop(token: str, request: HttpRequest) -> Principal | 
     sync ones)."""
     from api.aio import db
 
-    return await db(_from_token, token, request)
+    return await db(_authenticate, token, request)
+
+
+def _authenticate(token: str, request: HttpRequest) -> Principal | None:
+    """:func:`_from_token`, then, for a caller it stands for, the read the endpoint
+    planned to make in this same job (:func:`api.aio.run_ahead`)."""
+    from api.aio import run_ahead
+
+    who = _from_token(token, request)
+    if who is not None:
+        run_ahead(request, who)
+    return who
 
 
 def _auth_enabled() -> bool:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router
 
 from api import threads
-from api.aio import db
+from api.aio import Plan, db, db_ahead, plan_ahead
 from api.auth import Principal, principal
 from api.render import trusted_response
 from api.schemas import (
@@ -169,7 +170,13 @@ async def get_thread(
         unknown = [f for f in include.split(",") if f.strip() not in ("ttl", "")]
         if unknown:
             raise InvalidArgument(f"include has {unknown[0]!r}; only 'ttl'.", field="include")
-    return await db(_get_thread, principal(request), thread_id)
+    return await db_ahead(request, _get_thread, principal(request), thread_id)
+
+
+@plan_ahead("GET", "get_thread")
+def _plan_get_thread(request: HttpRequest, who: Principal) -> Plan | None:
+    """The read of :func:`get_thread`, made in the token check's hop (api.aio)."""
+    return _get_thread, (who, request.resolver_match.kwargs["thread_id"]), {}  # type: ignore[union-attr]
 
 
 def _get_thread(who: Principal, thread_id: str) -> HttpResponse:
@@ -249,7 +256,19 @@ async def get_state(
 ) -> HttpResponse:
     """The head: ``values``, ``next``, ``tasks``, ``interrupts``, ``checkpoint``,
     ``metadata``, ``created_at``, ``parent_checkpoint``."""
-    return await db(_state, threads.get_state, principal(request), thread_id, select=select)
+    return await db_ahead(
+        request, _state, threads.get_state, principal(request), thread_id, select=select
+    )
+
+
+@plan_ahead("GET", "get_state")
+def _plan_get_state(request: HttpRequest, who: Principal) -> Plan | None:
+    """The read of :func:`get_state` without ``select`` (what the SDK asks), made in the
+    token check's hop (api.aio)."""
+    if "select" in request.GET:
+        return None
+    thread_id = request.resolver_match.kwargs["thread_id"]  # type: ignore[union-attr]
+    return _state, (threads.get_state, who, thread_id), {"select": None}
 
 
 @router.post(
@@ -336,7 +355,8 @@ async def post_history(request: HttpRequest, thread_id: str, payload: HistoryIn)
     before = payload.before
     if before is not None and not isinstance(before, str):
         before = before.checkpoint_id
-    return await db(
+    return await db_ahead(
+        request,
         _state,
         threads.history,
         principal(request),
@@ -347,6 +367,27 @@ async def post_history(request: HttpRequest, thread_id: str, payload: HistoryIn)
         select=payload.select,
         at=payload.checkpoint.checkpoint_id if payload.checkpoint else None,
     )
+
+
+_HISTORY_FILTERS = ("before", "metadata", "checkpoint", "select")
+
+
+@plan_ahead("POST", "post_history")
+def _plan_post_history(request: HttpRequest, who: Principal) -> Plan | None:
+    """The read of :func:`post_history` for a body of ``limit`` alone (what the SDK's
+    ``get_history`` sends without filters), made in the token check's hop (api.aio)."""
+    try:
+        body = orjson.loads(request.body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(body, dict) or any(body.get(k) is not None for k in _HISTORY_FILTERS):
+        return None
+    limit = body.get("limit", 10)
+    if type(limit) is not int:
+        return None
+    thread_id = request.resolver_match.kwargs["thread_id"]  # type: ignore[union-attr]
+    kwargs = {"limit": limit, "before": None, "metadata": None, "select": None, "at": None}
+    return _state, (threads.history, who, thread_id), kwargs
 
 
 @router.get(
@@ -360,9 +401,20 @@ async def get_history(
     request: HttpRequest, thread_id: str, limit: int = 10, before: str | None = None
 ) -> HttpResponse:
     """States newest first (the GET form: ``limit`` and ``before`` as query params)."""
-    return await db(
-        _state, threads.history, principal(request), thread_id, limit=limit, before=before
+    return await db_ahead(
+        request, _state, threads.history, principal(request), thread_id, limit=limit, before=before
     )
+
+
+@plan_ahead("GET", "post_history")
+def _plan_get_history(request: HttpRequest, who: Principal) -> Plan | None:
+    """The read of :func:`get_history` without ``before``, made in the token check's hop
+    (api.aio). (The path is named after its first operation, ``post_history``.)"""
+    raw = request.GET.get("limit", "10")
+    if "before" in request.GET or not raw.isdigit():
+        return None
+    thread_id = request.resolver_match.kwargs["thread_id"]  # type: ignore[union-attr]
+    return _state, (threads.history, who, thread_id), {"limit": int(raw), "before": None}
 
 
 def _only(item: dict[str, Any], select: list[str] | None) -> dict[str, Any]:

@@ -52,8 +52,20 @@ def check_checkpoint_id(value: Any, field: str = "checkpoint_id") -> str:
         ) from None
 
 
+def _criogen_only() -> bool:
+    """No LangGraph graph is registered, so no thread reads LangGraph's checkpoints
+    (:func:`bridged_graph` would answer None without a query): the reads below may
+    check visibility in the same statement as the checkpoints they read."""
+    from criogen.registry import serves_langgraph
+
+    return not serves_langgraph()
+
+
 def get_state(who: Principal, thread_id: str, *, select: list[str] | None = None) -> dict[str, Any]:
     """The thread's current state (its head)."""
+    if _criogen_only():
+        found = selectors.visible_history(who, thread_id, limit=1)
+        return state_out(thread_id, found[0] if found else None, select=select)
     selectors.check_thread_for(who, thread_id)
     if (compiled := bridged_graph(thread_id)) is not None:
         return langgraph_state(compiled, thread_id, select=select)
@@ -101,11 +113,17 @@ def history(
     """The thread's states, newest first: at most ``limit``, from the checkpoint ``at``
     back (LangGraph's ``checkpoint`` filter), older than the checkpoint ``before``,
     whose metadata contains ``metadata``."""
-    selectors.check_thread_for(who, thread_id)
     cap = int(getattr(settings, "CRIOGEN_MAX_SEARCH_LIMIT", 1000))
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or limit > cap:
+    bad_limit = isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or limit > cap
+    # The common request (the newest states, no filter) checks visibility in the
+    # statement that reads its first page; every other one checks it first, so that a
+    # thread the caller may not see is a 404 before any other error.
+    fused = not bad_limit and before is None and at is None and not metadata and _criogen_only()
+    if not fused:
+        selectors.check_thread_for(who, thread_id)
+    if bad_limit:
         raise InvalidArgument(f"limit is {limit!r}; use 1 to {cap}.", field="limit")
-    if (compiled := bridged_graph(thread_id)) is not None:
+    if not fused and (compiled := bridged_graph(thread_id)) is not None:
         return langgraph_history(
             compiled,
             thread_id,
@@ -128,7 +146,11 @@ def history(
     spent = 0
     batch = min(limit, 10)
     while len(out) < limit:
-        page = store.history(thread_id, limit=batch if not metadata else 100, before=version)
+        if fused:
+            page = selectors.visible_history(who, thread_id, limit=batch)
+            fused = False
+        else:
+            page = store.history(thread_id, limit=batch if not metadata else 100, before=version)
         if not page:
             break
         for cp in page:

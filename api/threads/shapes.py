@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -35,8 +36,10 @@ def storage() -> Any:
     return shared()
 
 
+@functools.lru_cache(maxsize=8192)
 def task_id(checkpoint_id: str, node: str) -> str:
-    """A stable id for the task that runs ``node`` after ``checkpoint_id``."""
+    """A stable id for the task that runs ``node`` after ``checkpoint_id`` (remembered:
+    a history page names a task for every state, and the same pages are read again)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"criogen:task:{checkpoint_id}:{node}"))
 
 

@@ -84,6 +84,7 @@ from criogen.selectors.visibility import (
     thread_exists_for,
     thread_for,
     viewer,
+    visible_history,
     visible_runs,
     visible_threads,
 )
@@ -149,6 +150,7 @@ __all__ = [
     "threads_page",
     "timeline",
     "viewer",
+    "visible_history",
     "visible_runs",
     "visible_threads",
     "who_decided",

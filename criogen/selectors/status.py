@@ -54,13 +54,16 @@ def _status(now: float) -> Case:
     )
 
 
-def with_status(qs: QuerySet[Thread] | None = None) -> QuerySet[Thread]:
+def with_status(
+    qs: QuerySet[Thread] | None = None, *, now: float | None = None
+) -> QuerySet[Thread]:
     """Threads annotated with ``rest_status`` (idle / busy / interrupted / error),
     computed in SQL so that lists can filter and sort by it. The one place the rule
     lives: busy when a run is pending or running or a live lease holds the thread;
-    interrupted when the head is suspended; error when it failed; else idle."""
+    interrupted when the head is suspended; error when it failed; else idle.
+    ``now``: the instant leases are judged at (default: this one)."""
     qs = Thread.objects.all() if qs is None else qs
-    return qs.annotate(rest_status=_status(time.time()))
+    return qs.annotate(rest_status=_status(time.time() if now is None else now))
 
 
 def filter_status(qs: QuerySet[Thread], status: str) -> QuerySet[Thread]:

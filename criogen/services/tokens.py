@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from criogen.engine.errors import TokenExpired
 from criogen.storage.models.tokens import DEFAULT_EXPIRY, ApiToken, hash_token
-from criogen.storage.rows import Columns, columns
+from criogen.storage.rows import Columns, columns, fetch_rows
 
 __all__ = [
     "DEFAULT_EXPIRY",
@@ -199,11 +199,11 @@ def _token_statement(alias: str) -> _TokenStatement | None:
 def _token_row(statement: _TokenStatement, digest: str) -> tuple[ApiToken, bool] | None:
     """The token with its user, and whether the user holds ``criogen.operate``."""
     pid = _operate_permission_id(DEFAULT_DB_ALIAS)
-    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
-        cursor.execute(statement.sql, [pid, pid, digest])
-        values = cursor.fetchone()
-    if values is None:
+    # Prepared on PostgreSQL: every API request runs it.
+    rows = fetch_rows(DEFAULT_DB_ALIAS, statement.sql, [pid, pid, digest])
+    if not rows:
         return None
+    values = rows[0]
     n = len(statement.token.fields)
     row = statement.token.instance(values[:n])
     row.user = statement.user.instance(values[n:-1])

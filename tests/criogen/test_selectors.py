@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission
 
+from criogen import START, Workflow
 from criogen.engine.errors import ThreadNotFound
 from criogen.selectors import (
     RunNotFound,
@@ -22,8 +23,11 @@ from criogen.selectors import (
     thread_status,
     thread_statuses,
     viewer,
+    visible_history,
     visible_threads,
+    with_status,
 )
+from criogen.selectors.visibility import Viewer
 from criogen.services.assistants import resolve_assistant
 from criogen.storage.models import Run, Thread
 
@@ -66,6 +70,14 @@ def test_it_derives_the_thread_status(
 
     assert thread_status(thread) == expected
     assert thread_statuses([thread]) == {thread_id: expected}
+    # thread_for(status=True) runs the with_status query compiled once: the same row.
+    operator = Viewer(user=None, is_operator=True)
+    row = thread_for(operator, thread_id, status=True)
+    orm = with_status(Thread.objects.filter(pk=thread_id)).get()
+    assert row.rest_status == orm.rest_status == expected  # type: ignore[attr-defined]
+    assert [getattr(row, f.attname) for f in Thread._meta.concrete_fields] == [
+        getattr(orm, f.attname) for f in Thread._meta.concrete_fields
+    ]
 
 
 def test_it_lists_a_threads_runs_newest_first_and_finds_one(thread_id: str) -> None:
@@ -140,6 +152,50 @@ def test_another_users_thread_is_not_found_exactly_like_a_missing_one(
         thread_exists_for(bob, thread_id)
     assert thread_exists_for(bob, "no-such-thread") is False  # free: a run may create it
     assert not visible_threads(bob).exists()
+
+
+def test_the_status_row_of_an_owner_is_the_orms_and_others_get_404(
+    people: dict[str, Any], thread_id: str
+) -> None:
+    Thread.objects.create(id=thread_id, owner=people["alice"], head_status="suspended")
+    row = thread_for(viewer(people["alice"]), thread_id, status=True)
+    assert row.rest_status == "interrupted"  # type: ignore[attr-defined]
+    assert row.owner_id == people["alice"].pk
+    for tid in (thread_id, "no-such-thread"):
+        with pytest.raises(ThreadNotFound) as caught:
+            thread_for(viewer(people["bob"]), tid, status=True)
+        assert caught.value.message == f"thread {tid!r} not found."
+
+
+def test_visible_history_reads_checkpoints_only_for_those_who_may_see_the_thread(
+    people: dict[str, Any], thread_id: str
+) -> None:
+    from criogen.registry import storage
+
+    empty = f"{thread_id}-empty"
+    Thread.objects.create(id=thread_id, owner=people["alice"])
+    Thread.objects.create(id=empty, owner=people["alice"])
+    store = storage()
+    wf = Workflow()
+    wf.add_node("count", lambda s: {"n": s.get("n", -1) + 1})
+    wf.add_edge(START, "count")
+    app = wf.compile(storage=store, durability="sync")
+    for _ in range(3):
+        app.thread(thread_id).run({})
+    newest = [cp.version for cp in store.history(thread_id)]
+    assert len(newest) >= 3
+    head_state = store.head(thread_id).state  # type: ignore[union-attr]
+
+    for name in ("olga", "sam", "alice"):
+        who = viewer(people[name])
+        assert [cp.version for cp in visible_history(who, thread_id)] == newest, name
+        assert [cp.state for cp in visible_history(who, thread_id, limit=1)] == [head_state]
+        assert visible_history(who, thread_id, limit=5, before=newest[-1]) == []
+        assert visible_history(who, empty) == []
+    for tid in (thread_id, empty, "no-such-thread"):
+        with pytest.raises(ThreadNotFound) as caught:
+            visible_history(viewer(people["bob"]), tid)
+        assert caught.value.message == f"thread {tid!r} not found."
 
 
 def test_a_signed_out_user_sees_no_thread(thread_id: str) -> None:

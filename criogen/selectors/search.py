@@ -512,26 +512,28 @@ def _page_sql(shape: _Shape) -> tuple[str, list[str]]:
             f" ORDER BY {order} LIMIT %s) w WHERE {meta} ORDER BY {order} LIMIT %s OFFSET %s"
         )
         page_names = [*inner_names, "window", *meta_names, "limit", "offset"]
-        short = "NULL"
-        short_names: list[str] = []
+        # Any short page: the window may have ended before the matches did.
+        short = "n.n < %s THEN NULL"
+        short_names: list[str] = ["limit"]
     else:
         page = (
             f'SELECT {cols} FROM "{_T}" t WHERE {where}'  # noqa: S608
             f" ORDER BY {order} LIMIT %s OFFSET %s"
         )
         page_names = [*names, "limit", "offset"]
-        short = "%s + n.n"
-        short_names = ["offset"]
+        # A short page ends the list, unless it is empty past the end (then count).
+        short = "n.n < %s AND (n.n > 0 OR %s = 0) THEN %s + n.n"
+        short_names = ["limit", "offset", "offset"]
     selected = ", ".join(f'p."{c}"' for c in _ROW_COLUMNS)
     sql = (
         f"WITH page AS ({page}), n AS (SELECT count(*) AS n FROM page)"  # noqa: S608
         f" SELECT {selected},"
         f" {_status_case('p')},"
-        f" CASE WHEN n.n < %s AND (n.n > 0 OR %s = 0) THEN {short}"
+        f" CASE WHEN {short}"
         f" ELSE {counted} END"
         f" FROM n LEFT JOIN page p ON TRUE ORDER BY p.{order.replace(', ', ', p.')}"
     )
-    return sql, [*page_names, "now", "limit", "offset", *short_names, *count_names]
+    return sql, [*page_names, "now", *short_names, *count_names]
 
 
 _NOT_IDLE = (

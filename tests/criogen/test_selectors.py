@@ -242,7 +242,9 @@ def _page_rows(found: list[Any]) -> list[tuple[Any, ...]]:
     ]
 
 
-def test_every_search_shape_answers_as_the_orm_does(people: dict[str, Any]) -> None:
+def test_every_search_shape_answers_as_the_orm_does(
+    people: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On PostgreSQL a search page is one prepared statement (criogen.selectors.search):
     its rows, their statuses and the total match the ORM's path on every shape, for
     owners and operators (a signed-out caller's count: none); on SQLite both are the
@@ -250,7 +252,7 @@ def test_every_search_shape_answers_as_the_orm_does(people: dict[str, Any]) -> N
     from django.contrib.auth.models import AnonymousUser
     from django.db import connection
 
-    from criogen.selectors import count_threads, search_page
+    from criogen.selectors import count_threads
     from criogen.selectors import search as searching
 
     now = time.time()
@@ -293,7 +295,24 @@ def test_every_search_shape_answers_as_the_orm_does(people: dict[str, Any]) -> N
         {"metadata": {"0": "x"}},
         {"ids": made[::4]},
     ]
-    windows = [(None, 0), (3, 0), (3, 5), (5, 40)]
+    windows = [(None, 0), (3, 0), (3, 5), (2, 2), (5, 40)]
+    # The metadata window as it is, then one row per row wanted: most windows then end
+    # before the matches do, and both paths fall back to the metadata index.
+    for per_row in (searching.WINDOW_PER_ROW, 1):
+        monkeypatch.setattr(searching, "WINDOW_PER_ROW", per_row)
+        _compare_every_shape(callers, filters, windows)
+    for who in callers:
+        for where in filters:
+            for status in (None, "idle", "busy", "interrupted", "error"):
+                count = count_threads(who, status=status, **where)
+                assert count == _orm_page(who, **where, status=status, limit=1)[1], where
+
+
+def _compare_every_shape(
+    callers: list[Any], filters: list[dict[str, Any]], windows: list[tuple[int | None, int]]
+) -> None:
+    from criogen.selectors import search_page
+
     for who in callers:
         for where in filters:
             for status in (None, "idle", "busy", "interrupted", "error"):
@@ -318,5 +337,3 @@ def test_every_search_shape_answers_as_the_orm_does(people: dict[str, Any]) -> N
                             _page_rows(expected),
                             expected_total,
                         ), search
-                count = count_threads(who, status=status, **where)
-                assert count == _orm_page(who, **where, status=status, limit=1)[1], where

@@ -135,11 +135,12 @@ def search_threads(
 
 def search_page(
     who: Who, **search: Unpack[ThreadSearch]
-) -> tuple[list[tuple[Thread, Checkpoint | None]], int]:
+) -> tuple[list[tuple[Thread | ThreadRow, Checkpoint | None]], int]:
     """:func:`search_threads`' page, and how many threads match (a search's
     ``X-Pagination-Total``). A page shorter than the limit ends the list, so it tells
     the total; a full page (or an empty one past the end) needs a count, which counts
-    the queryset the page came from instead of building it again."""
+    the queryset the page came from instead of building it again. On PostgreSQL the
+    rows of most shapes are :class:`ThreadRow` objects (one prepared statement, below)."""
     if not search.get("values"):
         fast = _fast_page(who, **search)
         if fast is not None:
@@ -347,7 +348,8 @@ def count_threads(
 # rows, each one's status, and the count when the page does not tell it, in one round
 # trip. The conditions are those the ORM path compiles, clause for clause (the status
 # rule of criogen.selectors.status, the metadata filters of filter_metadata, the owner
-# rule of criogen.selectors.visibility); tests compare both paths' answers.
+# rule of criogen.selectors.visibility); the count takes two equivalent shortcuts
+# (_where's ``count``, _count). Tests compare both paths' answers on every shape.
 
 
 class ThreadRow:
@@ -683,7 +685,7 @@ def _fast_page(
     offset: int = 0,
     sort_by: str | None = None,
     sort_order: str | None = None,
-) -> tuple[list[tuple[Any, Checkpoint | None]], int] | None:
+) -> tuple[list[tuple[Thread | ThreadRow, Checkpoint | None]], int] | None:
     """:func:`search_page` through :func:`_pg_search_page`, or None when the ORM's
     path answers."""
     checked, field, descending = _checked(limit, offset, sort_by, sort_order)

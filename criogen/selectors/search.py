@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, TypedDict, Unpack
 
 from django.conf import settings
-from django.db import connections
+from django.db import connections, router
 from django.db.models import F, QuerySet
 from django.db.models.fields.json import KeyTransform
 
@@ -14,7 +18,8 @@ from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.errors import InvalidArgument
 from criogen.selectors.status import THREAD_STATUSES, filter_status, thread_heads, with_status
 from criogen.selectors.visibility import Who, visible_threads
-from criogen.storage.models import Thread
+from criogen.storage.models import Run, Thread
+from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 
 __all__ = [
     "SORT_FIELDS",
@@ -85,14 +90,9 @@ def _filtered(
     ids: list[str] | None,
 ) -> QuerySet[Thread]:
     qs = visible_threads(who)
-    if status is None:
-        qs = with_status(qs)
-    else:
-        if status not in THREAD_STATUSES:
-            raise InvalidArgument(
-                f"status is {status!r}; use idle, busy, interrupted or error.", field="status"
-            )
-        qs = filter_status(qs, status)  # annotates rest_status too, on the same instant
+    _check_status(status)
+    # filter_status annotates rest_status too, on the same instant.
+    qs = with_status(qs) if status is None else filter_status(qs, status)
     if ids:
         qs = qs.filter(pk__in=list(ids))
     return filter_metadata(qs, metadata or {})
@@ -135,11 +135,16 @@ def search_threads(
 
 def search_page(
     who: Who, **search: Unpack[ThreadSearch]
-) -> tuple[list[tuple[Thread, Checkpoint | None]], int]:
+) -> tuple[list[tuple[Thread | ThreadRow, Checkpoint | None]], int]:
     """:func:`search_threads`' page, and how many threads match (a search's
     ``X-Pagination-Total``). A page shorter than the limit ends the list, so it tells
     the total; a full page (or an empty one past the end) needs a count, which counts
-    the queryset the page came from instead of building it again."""
+    the queryset the page came from instead of building it again. On PostgreSQL the
+    rows of most shapes are :class:`ThreadRow` objects (one prepared statement, below)."""
+    if not search.get("values"):
+        fast = _fast_page(who, **search)
+        if fast is not None:
+            return fast
     found, qs, limit = _search(who, **search)
     offset = search.get("offset", 0)
     if len(found) < limit and (found or not offset):
@@ -155,6 +160,31 @@ def search_page(
     return found, qs.count()
 
 
+def _checked(
+    limit: int | None, offset: int, sort_by: str | None, sort_order: str | None
+) -> tuple[int, str, bool]:
+    """The limit, the sort column and whether it descends; InvalidArgument naming the
+    first field that is wrong."""
+    limit = search_limit(limit)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidArgument(f"offset is {offset!r}; use 0 or more.", field="offset")
+    field = SORT_FIELDS.get(sort_by or "created_at")
+    if field is None:
+        raise InvalidArgument(
+            f"sort_by is {sort_by!r}; use one of {', '.join(SORT_FIELDS)}.", field="sort_by"
+        )
+    if (sort_order or "desc") not in ("asc", "desc"):
+        raise InvalidArgument(f"sort_order is {sort_order!r}; use asc or desc.", field="sort_order")
+    return limit, field, (sort_order or "desc") == "desc"
+
+
+def _check_status(status: str | None) -> None:
+    if status is not None and status not in THREAD_STATUSES:
+        raise InvalidArgument(
+            f"status is {status!r}; use idle, busy, interrupted or error.", field="status"
+        )
+
+
 def _search(
     who: Who,
     *,
@@ -168,20 +198,10 @@ def _search(
     sort_order: str | None = None,
 ) -> tuple[list[tuple[Thread, Checkpoint | None]], QuerySet[Thread], int]:
     """The page, the filtered threads it came from, and the limit applied."""
-    limit = search_limit(limit)
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise InvalidArgument(f"offset is {offset!r}; use 0 or more.", field="offset")
-    field = SORT_FIELDS.get(sort_by or "created_at")
-    if field is None:
-        raise InvalidArgument(
-            f"sort_by is {sort_by!r}; use one of {', '.join(SORT_FIELDS)}.", field="sort_by"
-        )
-    if (sort_order or "desc") not in ("asc", "desc"):
-        raise InvalidArgument(f"sort_order is {sort_order!r}; use asc or desc.", field="sort_order")
+    limit, field, descending = _checked(limit, offset, sort_by, sort_order)
     # Ties (threads created in one transaction share created_at) go by id, in the same
     # direction: then an index on (field, id) gives the page in order and the database
     # stops after it, where a mixed order would sort every matching thread first.
-    descending = (sort_order or "desc") == "desc"
     order = [F(f).desc() if descending else F(f).asc() for f in (field, "id")]
     listed = _filtered(who, metadata=None, status=status, ids=ids).order_by(*order)
     qs = filter_metadata(listed, metadata or {})
@@ -302,6 +322,11 @@ def count_threads(
     ids: list[str] | None = None,
 ) -> int:
     """How many threads match (POST /threads/count; a search's ``X-Pagination-Total``)."""
+    if not values:
+        _check_status(status)
+        fast = _pg_count(who, metadata=metadata, status=status, ids=ids)
+        if fast is not None:
+            return fast
     qs = _filtered(who, metadata=metadata, status=status, ids=ids)
     if not values:
         return qs.count()
@@ -311,3 +336,372 @@ def count_threads(
         for row in qs.exclude(head_version=0).iterator(chunk_size=200)
         if _values_match(getattr(store.head(row.id), "state", None), values)
     )
+
+
+# -- PostgreSQL: a search page in one prepared statement ---------------------------------
+# Built by the ORM, a search was the status rule's CASE and conditions, visibility and
+# metadata filters resolved and compiled on every request (twice: once for the page, once
+# more for the X-Pagination-Total count), then model instances: most of the request's
+# CPU. On PostgreSQL the common shapes (no state-values filter, no sort by status, string
+# metadata keys) are one hand-written statement per shape instead, written once per
+# process and prepared on the connection (criogen.storage.orm.base.pg_run): the page's
+# rows, each one's status, and the count when the page does not tell it, in one round
+# trip. The conditions are those the ORM path compiles, clause for clause (the status
+# rule of criogen.selectors.status, the metadata filters of filter_metadata, the owner
+# rule of criogen.selectors.visibility); the count takes two equivalent shortcuts
+# (_where's ``count``, _count). Tests compare both paths' answers on every shape.
+
+
+class ThreadRow:
+    """A thread of a search page, as the PostgreSQL statement returns it: the columns a
+    search answers with, and ``rest_status``, under the names a :class:`Thread` row has
+    (so a page's consumer reads either the same way)."""
+
+    __slots__ = (
+        "created_at",
+        "expires_at",
+        "head_version",
+        "id",
+        "metadata",
+        "rest_status",
+        "ttl_minutes",
+        "ttl_strategy",
+        "updated_at",
+    )
+
+    def __init__(self, values: tuple[Any, ...]) -> None:
+        (
+            self.id,
+            self.created_at,
+            self.updated_at,
+            metadata,
+            self.head_version,
+            self.ttl_minutes,
+            self.ttl_strategy,
+            self.expires_at,
+            self.rest_status,
+        ) = values[:9]
+        # Django's psycopg connection reads jsonb as text; JSONField.from_db_value decodes.
+        self.metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
+
+    @property
+    def pk(self) -> str:
+        return str(self.id)
+
+
+_ROW_COLUMNS = (
+    "id",
+    "created_at",
+    "updated_at",
+    "metadata",
+    "head_version",
+    "ttl_minutes",
+    "ttl_strategy",
+    "expires_at",
+)
+"""What a page row carries (:class:`ThreadRow`), then the status and the count."""
+
+_ACTIVE_SQL = ", ".join(f"'{s}'" for s in ACTIVE_RUN_STATUSES)
+_T = Thread._meta.db_table
+_RUN = Run._meta.db_table
+
+
+def _active_run(table: str) -> str:
+    """A run of ``table``'s thread is pending or running (the run index, per thread)."""
+    return (
+        f'SELECT 1 FROM "{_RUN}" r WHERE r."status" IN ({_ACTIVE_SQL})'  # noqa: S608
+        f' AND r."thread_id" = {table}."id"'
+    )
+
+
+def _leased(table: str) -> str:
+    return f'({table}."lease_expires" > %s AND {table}."lease_id" IS NOT NULL)'
+
+
+def _status_case(table: str) -> str:
+    """with_status's CASE: busy, interrupted, error, idle (one ``now`` parameter)."""
+    return (
+        f"CASE WHEN (({_active_run(table)} LIMIT 1) IS NOT NULL OR {_leased(table)})"
+        f" THEN 'busy' WHEN {table}.\"head_status\" = 'suspended' THEN 'interrupted'"
+        f" WHEN {table}.\"head_status\" = 'failed' THEN 'error' ELSE 'idle' END"
+    )
+
+
+def _status_where(status: str, table: str) -> str:
+    """filter_status's conditions for ``status`` (one ``now`` parameter)."""
+    if status == "busy":
+        return f"(EXISTS({_active_run(table)}) OR {_leased(table)})"
+    idle = f"NOT EXISTS({_active_run(table)}) AND NOT {_leased(table)}"
+    if status == "interrupted":
+        return f"{table}.\"head_status\" = 'suspended' AND {idle}"
+    if status == "error":
+        return f"{table}.\"head_status\" = 'failed' AND {idle}"
+    return f"NOT ({table}.\"head_status\" IN ('suspended', 'failed')) AND {idle}"
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a search statement's text depends on (its parameters aside)."""
+
+    owner: bool
+    status: str | None
+    ids: bool
+    metadata: tuple[bool, ...]
+    """Per metadata key, whether its value is a JSON scalar (see :func:`_where`)."""
+    field: str
+    descending: bool
+    window: bool
+
+
+def _where(
+    shape: _Shape, table: str, *, metadata: bool = True, count: bool = False
+) -> tuple[str, list[str]]:
+    """The conditions of ``shape`` on ``table``, and the names of their parameters in
+    order: ``owner``, ``now``, ``ids``, ``key<n>``/``value<n>``/``contains<n>``.
+
+    ``count``: for a count, a metadata key whose value is a JSON scalar is the
+    containment alone. ``{key: v} <@ metadata`` for a scalar ``v`` holds exactly when
+    ``metadata -> key = v`` (jsonb matches an array to a scalar at the top level only),
+    and the count reads every matching thread: the second test was a third of its
+    time. Pages keep filter_metadata's two conditions, which the planner's estimates
+    (the metadata index for a rare value) are made for.
+    """
+    parts: list[str] = []
+    names: list[str] = []
+    if shape.owner:
+        parts.append(f'{table}."owner_id" = %s')
+        names.append("owner")
+    if shape.status is not None:
+        parts.append(_status_where(shape.status, table))
+        names.append("now")
+    if shape.ids:
+        parts.append(f'{table}."id" = ANY(%s::varchar[])')
+        names.append("ids")
+    if metadata:
+        for n, scalar in enumerate(shape.metadata):
+            if not (count and scalar):
+                parts.append(f'({table}."metadata" -> %s::text) = %s::jsonb')
+                names += [f"key{n}", f"value{n}"]
+            parts.append(f'{table}."metadata" @> %s::jsonb')
+            names.append(f"contains{n}")
+    return " AND ".join(parts) or "TRUE", names
+
+
+@functools.cache
+def _page_sql(shape: _Shape) -> tuple[str, list[str]]:
+    """The statement of a search page of ``shape``, and its parameters' names.
+
+    Its rows: the page's threads in order, each with its status, then the count
+    (X-Pagination-Total): ``offset`` + the rows when the page is short and not past the
+    end (as :func:`search_page` tells it), else every matching thread counted. An empty
+    page still answers one row (all NULL but the count). With ``window`` (metadata
+    filters, :func:`_page_from_window`), the page comes from the first ``window`` rows
+    of the unfiltered list, and the count is NULL when those did not fill it (the caller
+    then asks without the window).
+    """
+    direction = "DESC" if shape.descending else "ASC"
+    order = f'"{shape.field}" {direction}, "id" {direction}'
+    cols = ", ".join(f'"{c}"' for c in (*_ROW_COLUMNS, "head_status", "lease_id", "lease_expires"))
+    where, names = _where(shape, "t")
+    counted, count_names = _count(shape)
+    if shape.window:
+        inner, inner_names = _where(shape, "t", metadata=False)
+        meta, meta_names = _where(
+            _Shape(False, None, False, shape.metadata, shape.field, shape.descending, False), "w"
+        )
+        page = (
+            f'SELECT w.* FROM (SELECT {cols} FROM "{_T}" t WHERE {inner}'  # noqa: S608
+            f" ORDER BY {order} LIMIT %s) w WHERE {meta} ORDER BY {order} LIMIT %s OFFSET %s"
+        )
+        page_names = [*inner_names, "window", *meta_names, "limit", "offset"]
+        # Any short page: the window may have ended before the matches did.
+        short = "n.n < %s THEN NULL"
+        short_names: list[str] = ["limit"]
+    else:
+        page = (
+            f'SELECT {cols} FROM "{_T}" t WHERE {where}'  # noqa: S608
+            f" ORDER BY {order} LIMIT %s OFFSET %s"
+        )
+        page_names = [*names, "limit", "offset"]
+        # A short page ends the list, unless it is empty past the end (then count).
+        short = "n.n < %s AND (n.n > 0 OR %s = 0) THEN %s + n.n"
+        short_names = ["limit", "offset", "offset"]
+    selected = ", ".join(f'p."{c}"' for c in _ROW_COLUMNS)
+    sql = (
+        f"WITH page AS ({page}), n AS (SELECT count(*) AS n FROM page)"  # noqa: S608
+        f" SELECT {selected},"
+        f" {_status_case('p')},"
+        f" CASE WHEN {short}"
+        f" ELSE {counted} END"
+        f" FROM n LEFT JOIN page p ON TRUE ORDER BY p.{order.replace(', ', ', p.')}"
+    )
+    return sql, [*page_names, "now", *short_names, *count_names]
+
+
+_NOT_IDLE = (
+    f'SELECT "id" FROM "{_T}" WHERE "head_status" IN (\'suspended\', \'failed\')'  # noqa: S608
+    f' UNION SELECT "id" FROM "{_T}" WHERE "lease_expires" > %s AND "lease_id" IS NOT NULL'
+    f' UNION SELECT "thread_id" FROM "{_RUN}" WHERE "status" IN ({_ACTIVE_SQL})'
+)
+"""The threads that are not idle (a waiting or failed head, a live lease, an active
+run), each set read from its own index; one ``now`` parameter."""
+
+
+def _count(shape: _Shape) -> tuple[str, list[str]]:
+    """How many threads match ``shape``, as a scalar subquery, and its parameters.
+
+    Idle threads are counted as every match less the matches that are not idle: the
+    status rule's conditions, tested on every thread the caller sees, were as much
+    of the count's time as reading the threads, where the threads that are not idle
+    are few and each kind of them has an index (the status and lease indexes, the
+    runs' status index)."""
+    if shape.status != "idle":
+        where, names = _where(shape, "t", count=True)
+        return f'(SELECT count(*) FROM "{_T}" t WHERE {where})', names  # noqa: S608
+    where, names = _where(replace(shape, status=None), "t", count=True)
+    every = f'SELECT count(*) FROM "{_T}" t WHERE {where}'  # noqa: S608
+    return f'(({every}) - ({every} AND t."id" IN ({_NOT_IDLE})))', [*names, *names, "now"]
+
+
+@functools.cache
+def _count_sql(shape: _Shape) -> tuple[str, list[str]]:
+    counted, names = _count(shape)
+    return f"SELECT {counted}", names
+
+
+def _pg_shape(
+    who: Who,
+    db: str,
+    *,
+    metadata: dict[str, Any] | None,
+    status: str | None,
+    ids: list[str] | None,
+    field: str = "created_at",
+    descending: bool = True,
+    window: bool = False,
+) -> tuple[_Shape, dict[str, Any]] | None:
+    """The statement shape of a search and its parameters, or None when the ORM's path
+    answers (not PostgreSQL; a signed-out caller; a metadata key the ORM reads as an
+    array index; the sort by status)."""
+    if connections[db].vendor != "postgresql" or field == "rest_status":
+        return None
+    params: dict[str, Any] = {"now": time.time()}
+    if not who.is_operator:
+        user = who.user
+        if user is None or not getattr(user, "is_authenticated", True):
+            return None
+        params["owner"] = user.pk
+    metadata = metadata or {}
+    for n, (key, value) in enumerate(metadata.items()):
+        try:
+            int(key)
+        except ValueError:
+            pass
+        else:  # KeyTransform reads an integer-like key as an array index (-> 0)
+            return None
+        params[f"key{n}"] = key
+        params[f"value{n}"] = json.dumps(value)
+        params[f"contains{n}"] = json.dumps({key: value})
+    if ids:
+        params["ids"] = [str(i) for i in ids]
+    shape = _Shape(
+        owner=not who.is_operator,
+        status=status,
+        ids=bool(ids),
+        metadata=tuple(not isinstance(v, dict | list) for v in metadata.values()),
+        field=field,
+        descending=descending,
+        window=window,
+    )
+    return shape, params
+
+
+def _pg_search_page(
+    who: Who,
+    *,
+    metadata: dict[str, Any] | None,
+    status: str | None,
+    ids: list[str] | None,
+    limit: int,
+    offset: int,
+    field: str,
+    descending: bool,
+) -> tuple[list[ThreadRow], int] | None:
+    """A search page and its total in one prepared statement (see above), or None when
+    the ORM's path answers."""
+    from criogen.storage.orm.base import pg_run
+
+    db = router.db_for_read(Thread)
+    window = bool(metadata) and (offset + limit) * WINDOW_PER_ROW <= WINDOW_MAX
+    found = _pg_shape(
+        who,
+        db,
+        metadata=metadata,
+        status=status,
+        ids=ids,
+        field=field,
+        descending=descending,
+        window=window,
+    )
+    if found is None:
+        return None
+    shape, params = found
+    params.update(limit=limit, offset=offset, window=(offset + limit) * WINDOW_PER_ROW)
+    while True:
+        sql, names = _page_sql(shape)
+        rows = pg_run(db, sql, [params[name] for name in names], fetch=True)
+        total = rows[0][-1]
+        if total is not None:
+            break
+        # The window held fewer matches than the page: ask the metadata index.
+        shape = replace(shape, window=False)
+    page = [ThreadRow(row) for row in rows if row[0] is not None]
+    return page, int(total)
+
+
+def _pg_count(
+    who: Who, *, metadata: dict[str, Any] | None, status: str | None, ids: list[str] | None
+) -> int | None:
+    """count_threads as one prepared statement, or None when the ORM's path answers."""
+    from criogen.storage.orm.base import pg_run
+
+    db = router.db_for_read(Thread)
+    found = _pg_shape(who, db, metadata=metadata, status=status, ids=ids)
+    if found is None:
+        return None
+    shape, params = found
+    sql, names = _count_sql(shape)
+    return int(pg_run(db, sql, [params[name] for name in names], fetch=True)[0][0])
+
+
+def _fast_page(
+    who: Who,
+    *,
+    metadata: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
+    status: str | None = None,
+    ids: list[str] | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    sort_by: str | None = None,
+    sort_order: str | None = None,
+) -> tuple[list[tuple[Thread | ThreadRow, Checkpoint | None]], int] | None:
+    """:func:`search_page` through :func:`_pg_search_page`, or None when the ORM's
+    path answers."""
+    checked, field, descending = _checked(limit, offset, sort_by, sort_order)
+    _check_status(status)
+    found = _pg_search_page(
+        who,
+        metadata=metadata,
+        status=status,
+        ids=ids,
+        limit=checked,
+        offset=offset,
+        field=field,
+        descending=descending,
+    )
+    if found is None:
+        return None
+    rows, total = found
+    heads = _storage().heads([row.id for row in rows if row.head_version]) if rows else {}
+    return [(row, heads.get(row.id)) for row in rows], total

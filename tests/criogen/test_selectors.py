@@ -264,3 +264,132 @@ def test_an_assistant_is_read_as_the_orm_reads_it() -> None:
     for found in (again, by_id):
         assert {f: getattr(found, f) for f in fields} == {f: getattr(loaded, f) for f in fields}
         assert not found._state.adding
+
+
+# -- search: the prepared statement answers what the ORM's path answers ------------------
+
+
+def _orm_page(who: Any, **search: Any) -> tuple[list[Any], int]:
+    """The ORM's path of ``search_page`` (what SQLite and the rarer shapes take)."""
+    from criogen.selectors import search as searching
+
+    found, qs, limit = searching._search(who, **search)
+    offset = search.get("offset", 0)
+    if len(found) < limit and (found or not offset):
+        return found, offset + len(found)
+    return found, qs.count()
+
+
+def _page_rows(found: list[Any]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            row.id,
+            row.rest_status,
+            row.created_at,
+            row.updated_at,
+            row.metadata,
+            row.head_version,
+            row.ttl_minutes,
+            row.ttl_strategy,
+            row.expires_at,
+            head.id if head is not None else None,
+        )
+        for row, head in found
+    ]
+
+
+def test_every_search_shape_answers_as_the_orm_does(
+    people: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL a search page is one prepared statement (criogen.selectors.search):
+    its rows, their statuses and the total match the ORM's path on every shape, for
+    owners and operators (a signed-out caller's count: none); on SQLite both are the
+    ORM's path."""
+    from django.contrib.auth.models import AnonymousUser
+    from django.db import connection
+
+    from criogen.selectors import count_threads
+    from criogen.selectors import search as searching
+
+    now = time.time()
+    shapes = [
+        ("", None, False, {"team": "a", "n": 1}),
+        ("completed", "running", False, {"team": "a", "n": 2, "tags": ["x"]}),
+        ("suspended", None, False, {"team": "b", "n": None}),
+        ("failed", None, False, {"team": "a", "nested": {"k": 1}}),
+        ("completed", None, True, {"team": "b", "n": 2}),
+        ("suspended", "pending", False, {"team": "a"}),
+        ("completed", "success", False, {}),
+    ]
+    made: list[str] = []
+    for i in range(28):
+        head_status, run_status, lease, metadata = shapes[i % len(shapes)]
+        owner = people["alice"] if i % 3 else people["bob"]
+        thread = Thread.objects.create(
+            id=f"search-{i:02d}-{uuid.uuid4().hex[:6]}",
+            owner=owner,
+            head_status=head_status,
+            metadata=metadata,
+            lease_id="lease" if lease else None,
+            lease_expires=now + 600 if lease else 0,
+            ttl_minutes=30 if i % 5 == 0 else None,
+        )
+        if run_status:
+            add_run(thread, run_status)
+        made.append(thread.id)
+    callers = [viewer(people[name]) for name in ("alice", "bob", "olga")]
+    assert count_threads(viewer(AnonymousUser())) == 0
+    if connection.vendor == "postgresql":  # the statement's path, not the ORM's, answers
+        assert searching._fast_page(callers[0], limit=3) is not None
+    filters: list[dict[str, Any]] = [
+        {},
+        {"metadata": {"team": "a"}},
+        {"metadata": {"team": "a", "n": 2}},
+        {"metadata": {"n": None}},
+        {"metadata": {"nested": {"k": 1}}},
+        {"metadata": {"tags": "x"}},
+        {"metadata": {"0": "x"}},
+        {"ids": made[::4]},
+    ]
+    windows = [(None, 0), (3, 0), (3, 5), (2, 2), (5, 40)]
+    # The metadata window as it is, then one row per row wanted: most windows then end
+    # before the matches do, and both paths fall back to the metadata index.
+    for per_row in (searching.WINDOW_PER_ROW, 1):
+        monkeypatch.setattr(searching, "WINDOW_PER_ROW", per_row)
+        _compare_every_shape(callers, filters, windows)
+    for who in callers:
+        for where in filters:
+            for status in (None, "idle", "busy", "interrupted", "error"):
+                count = count_threads(who, status=status, **where)
+                assert count == _orm_page(who, **where, status=status, limit=1)[1], where
+
+
+def _compare_every_shape(
+    callers: list[Any], filters: list[dict[str, Any]], windows: list[tuple[int | None, int]]
+) -> None:
+    from criogen.selectors import search_page
+
+    for who in callers:
+        for where in filters:
+            for status in (None, "idle", "busy", "interrupted", "error"):
+                for sort_by, sort_order in (
+                    (None, None),
+                    ("thread_id", "asc"),
+                    ("updated_at", "desc"),
+                    ("status", "asc"),
+                ):
+                    for limit, offset in windows:
+                        search = {
+                            **where,
+                            "status": status,
+                            "limit": limit,
+                            "offset": offset,
+                            "sort_by": sort_by,
+                            "sort_order": sort_order,
+                        }
+                        found, total = search_page(who, **search)
+                        expected, expected_total = _orm_page(who, **search)
+                        assert (_page_rows(found), total) == (
+                            _page_rows(expected),
+                            expected_total,
+                        ), search

@@ -141,10 +141,9 @@ def search_page(
     the total; a full page (or an empty one past the end) needs a count, which counts
     the queryset the page came from instead of building it again. On PostgreSQL the
     rows of most shapes are :class:`ThreadRow` objects (one prepared statement, below)."""
-    if not search.get("values"):
-        fast = _fast_page(who, **search)
-        if fast is not None:
-            return fast
+    fast = _fast_page(who, **search)
+    if fast is not None:
+        return fast
     found, qs, limit = _search(who, **search)
     offset = search.get("offset", 0)
     if len(found) < limit and (found or not offset):
@@ -675,27 +674,24 @@ def _pg_count(
 
 
 def _fast_page(
-    who: Who,
-    *,
-    metadata: dict[str, Any] | None = None,
-    values: dict[str, Any] | None = None,
-    status: str | None = None,
-    ids: list[str] | None = None,
-    limit: int | None = None,
-    offset: int = 0,
-    sort_by: str | None = None,
-    sort_order: str | None = None,
+    who: Who, **search: Unpack[ThreadSearch]
 ) -> tuple[list[tuple[Thread | ThreadRow, Checkpoint | None]], int] | None:
     """:func:`search_page` through :func:`_pg_search_page`, or None when the ORM's
-    path answers."""
-    checked, field, descending = _checked(limit, offset, sort_by, sort_order)
+    path answers (a state-values filter among them)."""
+    if search.get("values"):
+        return None
+    offset = search.get("offset", 0)
+    limit, field, descending = _checked(
+        search.get("limit"), offset, search.get("sort_by"), search.get("sort_order")
+    )
+    status = search.get("status")
     _check_status(status)
     found = _pg_search_page(
         who,
-        metadata=metadata,
+        metadata=search.get("metadata"),
         status=status,
-        ids=ids,
-        limit=checked,
+        ids=search.get("ids"),
+        limit=limit,
         offset=offset,
         field=field,
         descending=descending,

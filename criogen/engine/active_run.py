@@ -303,6 +303,8 @@ class ActiveRun:
         self._released = False
         """True once a run-ending write gave the lease back (``close`` has nothing to do)."""
         self._renewed_at = 0.0
+        self._beat = _heartbeat_for(storage)
+        """The storage's heartbeat (one per storage, for as long as the storage lives)."""
         self.audit: Any = None
         """The audit event (``AuditRecord``) of the person's action this run carries
         out; the run's next stored checkpoint carries it, so both commit together."""
@@ -348,7 +350,7 @@ class ActiveRun:
         self._held = True
         self._released = False
         self._renewed_at = time.monotonic()
-        _heartbeat_for(self.storage).add(self)
+        self._beat.add(self)
         self.head = head
         self.start_from(head)
 
@@ -381,7 +383,7 @@ class ActiveRun:
             if raise_errors:
                 raise
         finally:
-            _heartbeat_for(self.storage).remove(self)
+            self._beat.remove(self)
             if not self._released:
                 self.storage.release(self.thread_id, self.run_id)
             self._held = False
@@ -398,7 +400,7 @@ class ActiveRun:
             )
         self._released = False
         self._renewed_at = time.monotonic()
-        _heartbeat_for(self.storage).add(self)
+        self._beat.add(self)
 
     # -- checkpoints -----------------------------------------------------------------
 
@@ -490,7 +492,7 @@ class ActiveRun:
             # held, the heartbeat resumes, and close() releases it.
             release = final and status in _ENDS_RUN
             if release:
-                _heartbeat_for(self.storage).remove(self)
+                self._beat.remove(self)
             try:
                 if self._writer is not None:
                     self._writer.submit(write, release=release)
@@ -503,7 +505,7 @@ class ActiveRun:
                     self.storage.notify([write])
             except BaseException:
                 if release:
-                    _heartbeat_for(self.storage).add(self)
+                    self._beat.add(self)
                 raise
             self._released = release
         self._tip_version, self._tip_values, self._tip_id = version, value_versions, checkpoint.id

@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from typing import Any, Literal
 
 from criogen.engine.errors import InvalidArgument, InvalidState
@@ -53,9 +54,33 @@ Delta = dict[str, Change]
 """Key -> what changed; keys that did not change are absent."""
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_c_make_encoder: Callable[..., Any] | None = getattr(json.encoder, "c_make_encoder", None)
+"""The json module's C encoder (CPython has it; without it, the Python encoder)."""
+
+
 def encode(value: Any) -> str:
-    """JSON text of a (validated) state value, compact and deterministic."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """JSON text of a (validated) state value, compact and deterministic.
+
+    The text of ``json.dumps(value, separators=(",", ":"), ensure_ascii=False,
+    allow_nan=False)``, without its per-call Python: ``dumps`` builds a new encoder
+    for every call with options, and that encoder a new C encoder; this builds only
+    the C one (a fresh one per call: it keeps the circular-reference markers).
+    """
+    if type(value) is str:
+        return encode_basestring(value)
+    if _c_make_encoder is None:  # pragma: no cover
+        return _ENCODER.encode(value)
+    return "".join(
+        _c_make_encoder(
+            {}, _ENCODER.default, encode_basestring, None, ":", ",", False, False, False
+        )(value, 0)
+    )
+
+
+_IMMUTABLE_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Exact types whose JSON text decodes to an equal value of the same type (a float only
+when finite: encode refuses NaN and the infinities)."""
 
 
 def json_copy(value: Any, where: str) -> tuple[Any, str]:
@@ -65,9 +90,13 @@ def json_copy(value: Any, where: str) -> tuple[Any, str]:
     value is plain JSON (a tuple, a non-string key or a NaN would not come back the
     same, or would not encode); only then does the walk in :func:`check_json` run, to
     name what is wrong. The text is what storage writes, so a value is encoded once.
+    A str, int, float, bool or None (not a subclass) is its own copy: it cannot change,
+    and its text decodes to an equal value, so only the encode runs.
     """
     try:
         text = encode(value)
+        if type(value) in _IMMUTABLE_SCALARS:
+            return value, text
         copy = json.loads(text)
     except (TypeError, ValueError, RecursionError):
         pass
@@ -147,13 +176,15 @@ def check_update(update: Any, *, origin: str) -> CheckedUpdate | None:
     """
     if update is None or isinstance(update, CheckedUpdate):
         return update
-    if not isinstance(update, Mapping):
+    if type(update) is not dict and not isinstance(update, Mapping):
         raise InvalidState(
             f"{origin} returned a {type(update).__name__}; return a dict of the state keys "
             "it changes (or None).",
             origin=origin,
         )
     for key in update:
+        if type(key) is str and len(key) <= MAX_KEY_LENGTH:
+            continue  # the usual key: nothing to say
         if not isinstance(key, str):
             raise InvalidState(
                 f"{origin} returned the key {key!r} of type {type(key).__name__}: "

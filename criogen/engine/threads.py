@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from json.encoder import encode_basestring
 from typing import Any
 
 from criogen.engine.active_run import ActiveRun
@@ -43,7 +44,7 @@ from criogen.engine.errors import (
     StaleHead,
     StateTooLarge,
 )
-from criogen.engine.state import encode
+from criogen.engine.state import Delta, encode
 from criogen.engine.store import AuditRecord, Storage
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "check_door",
     "check_expected",
     "check_state_size",
+    "json_size",
 ]
 
 DOORS = ("ui", "api", "python", "deadline", "cron")
@@ -67,13 +69,19 @@ def check_door(door: Any) -> str:
     return str(door)
 
 
-def check_state_size(storage: Storage, thread_id: str, state: Mapping[str, Any]) -> None:
+def check_state_size(
+    storage: Storage, thread_id: str, state: Mapping[str, Any], delta: Delta | None = None
+) -> None:
     """Raise :class:`StateTooLarge` when ``state``, as JSON, is over the storage's
-    ``max_state_bytes`` (checked where a person's input or update grows a state)."""
+    ``max_state_bytes`` (checked where a person's input or update grows a state).
+
+    ``delta``, the change that made ``state``, lends the JSON text of the values it
+    set, so those are not encoded a second time.
+    """
     limit = getattr(storage, "max_state_bytes", 0) or 0
     if not limit:
         return
-    size = len(encode(dict(state)).encode())
+    size = json_size(state, delta)
     if size > limit:
         raise StateTooLarge(
             f"this would make the state of thread {thread_id!r} {size:,} bytes, over the "
@@ -82,6 +90,27 @@ def check_state_size(storage: Storage, thread_id: str, state: Mapping[str, Any])
             size=size,
             limit=limit,
         )
+
+
+def json_size(state: Mapping[str, Any], delta: Delta | None = None) -> int:
+    """``len(encode(dict(state)).encode())``, the size in bytes of the state as JSON,
+    counted key by key: a value that ``delta`` set with its text is not encoded again.
+    """
+    if not delta:
+        return _utf8_len(encode(dict(state)))
+    # "{" and "}", a ":" in each item and a "," between two.
+    size = 2 * len(state) + 1 if state else 2
+    for key, value in state.items():
+        change = delta.get(key)
+        text = change.text if change is not None and change.op == "set" else None
+        size += _utf8_len(encode_basestring(key)) + _utf8_len(
+            encode(value) if text is None else text
+        )
+    return size
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
 
 
 ANSWER_ACTIONS = ("resume", "decide", "approve", "reject", "respond", "resolve", "goto")
@@ -261,7 +290,7 @@ class ThreadBase:
             head = active.head
             check_expected(self.id, head, expected)
             state, delta, status, nxt, interrupts, tasks = self._merge(head, update, as_node)
-            check_state_size(self.storage, self.id, state)
+            check_state_size(self.storage, self.id, state, delta)
             active.audit = self._audit_event(
                 "update_state",
                 by=by,

@@ -795,7 +795,7 @@ class _Execution:
                     return self._steps(head.state, list(head.next), dict(head.tasks))
                 state = head.state if head else {}
                 state, delta = apply_update(state, input, self.graph.reducers, origin="input")
-                check_state_size(self.app.storage, thread_id, state)
+                check_state_size(self.app.storage, thread_id, state, delta)
                 nxt = self.graph.successors(START, state)
                 paused = bool(self.before.intersection(nxt))
                 checkpoint = self.active.write(

@@ -74,7 +74,7 @@ class Turn(EffectTurn):
                     "usage": {"input_tokens": 0, "output_tokens": 0},
                 }
             state, delta = apply_update(state, update, REDUCERS, origin="input")
-            check_state_size(self.storage, tid, state)
+            check_state_size(self.storage, tid, state, delta)
             active.audit = self.thread._audit_event(
                 "input",
                 by=self.by,

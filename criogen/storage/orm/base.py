@@ -103,7 +103,9 @@ class OrmBase(Storage):
 
     def _db_time(self, value: datetime) -> Any:
         if self.vendor == "sqlite":
-            return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ")
+            if value.tzinfo is not UTC:  # the engine's times are UTC already
+                value = value.astimezone(UTC)
+            return value.replace(tzinfo=None).isoformat(" ")
         return value
 
     def _raw_sqlite(self) -> Any:
@@ -145,22 +147,56 @@ def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
     parameters. ``OPTIONS={"prepare_threshold": None}`` set explicitly on the
     database (e.g. behind a pooler that cannot keep prepared statements) turns the
     preparing off; so does query logging (``DEBUG``), which needs the SQL text.
+
+    Each statement text keeps its cursor on the connection (:func:`_hot_cursor`), so
+    a run's few statements do not build a cursor, its adapters and Django's wrapper
+    every time, and psycopg reuses the parameter dumpers it picked for that text.
     """
     connection = connections[alias]
     if connection.queries_logged:
         # DEBUG or a query capture: Django logs a server-bound statement's SQL as
         # None, so take its own cursor (client-side binding) and log the full text.
-        cursor = connection.cursor()
-    else:
-        connection.ensure_connection()
-        with connection.wrap_database_errors:
-            raw = _server_cursor(connection)
-        # Django wraps a raw cursor as its own (CursorWrapper); a private method
-        # django-stubs does not declare.
-        cursor = connection._prepare_cursor(raw)  # type: ignore[attr-defined]
-    with cursor as cur:
-        cur.execute(sql, params)
-        return cur.fetchall() if fetch else cur.rowcount
+        with connection.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if fetch else cur.rowcount
+    connection.ensure_connection()
+    # What Django checks whenever it makes a cursor: this thread may use the connection.
+    connection.validate_thread_sharing()
+    cur, sql = _hot_cursor(connection, sql)
+    cur.execute(sql, params)
+    return cur.fetchall() if fetch else cur.rowcount
+
+
+_HOT_CURSORS = 64
+"""Statement texts whose cursors a connection keeps (a few per statement shape)."""
+
+
+def _hot_cursor(connection: Any, sql: str) -> tuple[Any, str]:
+    """The cursor kept for ``sql`` on ``connection`` (Django's wrapper around a
+    preparing psycopg cursor), and the text as first stored.
+
+    psycopg keeps a cursor's parameter dumpers while it runs the identical text
+    object again, hence the stored text. The cursors belong to the connection they
+    were made on: when Django replaces its connection, they are dropped with it.
+    """
+    raw = connection.connection
+    kept = connection.__dict__.get("_criogen_cursors")
+    if kept is None or kept[0] is not raw:
+        kept = connection.__dict__["_criogen_cursors"] = (raw, {})
+    cursors: dict[str, tuple[Any, str]] = kept[1]
+    hit = cursors.get(sql)
+    if hit is not None and not hit[0].cursor.closed:
+        return hit
+    with connection.wrap_database_errors:
+        raw_cursor = _server_cursor(connection)
+    # Django wraps a raw cursor as its own (CursorWrapper), as connection.cursor() does.
+    cursor = connection._prepare_cursor(raw_cursor)
+    if len(cursors) >= _HOT_CURSORS:
+        for old, _ in cursors.values():
+            old.cursor.close()
+        cursors.clear()
+    cursors[sql] = hit = (cursor, sql)
+    return hit
 
 
 _cursor_classes: dict[bool, Any] = {}

@@ -108,7 +108,8 @@ class OrmLeases(OrmBase):
         relaxed = connection.get_autocommit() and not connection.in_atomic_block
         if self.vendor == "postgresql":
             return self._pg_run(_relaxed_pg(sql) if relaxed else sql, params, fetch=True)
-        raw = self._raw_sqlite()
+        # get_autocommit() connected; with query logging on, Django's cursor logs.
+        raw = None if connection.queries_logged else connection.connection
         if raw is None or not relaxed:
             with self._cursor() as cur:
                 cur.execute(sql, params)

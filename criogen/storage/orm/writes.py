@@ -10,6 +10,7 @@ the event with it.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -53,6 +54,47 @@ _CP_ROW = (
 _VALUE_ROW = "(%s::varchar, %s::varchar, %s::int, %s::varchar, %s::int, %s::text)"
 _SCALAR_VALUE_ROWS = 8
 """Up to this many value rows, a one-checkpoint write binds scalars instead of arrays."""
+_HEAD_UPDATE = (
+    "UPDATE criogen_thread SET head_version = %s, head_id = %s, head_status = %s,"
+    " updated_at = %s{release} WHERE id = %s"
+    " AND head_version = %s AND (lease_id = %s OR %s IS NULL)"
+)
+_RELEASING_HEAD_UPDATE = _HEAD_UPDATE.format(release=_RELEASE)
+_HEAD_UPDATE = _HEAD_UPDATE.format(release="")
+_CHECKPOINT_INSERT = (
+    "INSERT INTO criogen_checkpoint (id, thread_id, version, run_id, source, status,"
+    " parent_id, created_at, body) VALUES "
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _pg_write_sql(release: bool, values: int, audit: bool) -> str:
+    """The one statement of a PostgreSQL checkpoint write: ``values`` scalar value rows
+    of one checkpoint, or (``-1``) any number of checkpoints and rows as arrays; the
+    head update gives the lease back with ``release``, and ``audit`` adds one event.
+    Built once per shape, so the prepared statement's text is the same object."""
+    head = (
+        "WITH head AS (UPDATE criogen_thread SET head_version = %s, head_id = %s,"  # noqa: S608
+        f" head_status = %s, updated_at = %s{_RELEASE if release else ''}"
+        " WHERE id = %s AND head_version = %s"
+        " AND (lease_id = %s OR %s::varchar IS NULL) RETURNING id),"
+    )
+    if values >= 0:
+        sql = head + _CP_INSERT + f" SELECT {_CP_ROW} FROM head)"  # noqa: S608
+        if values:
+            rows = ", ".join([_VALUE_ROW] * values)
+            sql += f", vals AS ({_VALUE_INSERT} SELECT v.* FROM head, (VALUES {rows}) AS v)"  # noqa: S608
+    else:
+        sql = (
+            head + _CP_INSERT + " SELECT c.* FROM head, unnest(%s::varchar[],"  # noqa: S608
+            " %s::varchar[], %s::int[], %s::varchar[], %s::varchar[], %s::varchar[],"
+            " %s::varchar[], %s::timestamptz[], %s::text[]) AS c),"
+            f" vals AS ({_VALUE_INSERT} SELECT v.* FROM head, unnest(%s::varchar[],"
+            " %s::varchar[], %s::int[], %s::varchar[], %s::int[], %s::text[]) AS v)"
+        )
+    if audit:
+        sql += f", aud AS ({_AUDIT_INSERT} SELECT {_AUDIT_ROW} FROM head)"  # noqa: S608
+    return sql + " SELECT count(*) FROM head"  # noqa: S608
 
 
 class OrmWrites(OrmAudit):
@@ -78,7 +120,7 @@ class OrmWrites(OrmAudit):
         by_thread = _by_thread(writes)
         release = release and lease_id is not None
         audits = [w.audit for w in writes if w.audit is not None] if self.audit_enabled else []
-        with self._write_errors(writes, "checkpoint write"):
+        try:
             # A person's action: its audit event commits with its checkpoint. One event
             # (an agent's turn, an answer) rides in the fast paths' one transaction.
             audit = audits[0] if len(audits) == 1 else None
@@ -94,14 +136,17 @@ class OrmWrites(OrmAudit):
                 and not connection.in_atomic_block
                 and connection.get_autocommit()
             ):
-                self._write_sqlite(by_thread, lease_id, release, audit=audit)
+                self._write_sqlite(connection, by_thread, lease_id, release, audit=audit)
                 return
             with transaction.atomic(using=self.alias):
                 self._write_groups(by_thread, lease_id, release)
                 self._insert_audit(audits)
+        except DatabaseError as exc:
+            raise self._write_error(writes, "checkpoint write", exc) from exc
 
     def _write_sqlite(
         self,
+        connection: Any,
         by_thread: dict[str, list[CheckpointWrite]],
         lease_id: str | None,
         release: bool,
@@ -118,8 +163,7 @@ class OrmWrites(OrmAudit):
         two writers queue on the busy timeout instead of failing at the first write.
         """
         refused: tuple[str, int] | None = None
-        connection = connections[self.alias]
-        raw = self._raw_sqlite()
+        raw = None if connection.queries_logged else connection.connection
         with (
             connection.wrap_database_errors,
             _SqliteCursor(raw.cursor()) if raw is not None else self._cursor() as cur,
@@ -154,53 +198,51 @@ class OrmWrites(OrmAudit):
     @contextmanager
     def _write_errors(self, writes: Sequence[CheckpointWrite], what: str) -> Iterator[None]:
         """Turn the database's refusals of a write into StorageError (nothing written)."""
-        thread_id = writes[0].checkpoint.thread_id if writes else None
         try:
             yield
-        except IntegrityError as exc:
-            raise StorageError(
+        except DatabaseError as exc:
+            raise self._write_error(writes, what, exc) from exc
+
+    def _write_error(
+        self, writes: Sequence[CheckpointWrite], what: str, exc: DatabaseError
+    ) -> StorageError:
+        """The StorageError that says why the database refused a write."""
+        thread_id = writes[0].checkpoint.thread_id if writes else None
+        if isinstance(exc, IntegrityError):
+            return StorageError(
                 f"thread {thread_id!r} already has a checkpoint with that version: "
                 "another write got there first.",
                 thread_id=thread_id,
-            ) from exc
-        except DatabaseError as exc:
-            connections[self.alias].close_if_unusable_or_obsolete()
-            raise StorageError(
-                f"the database refused the {what} ({exc}); nothing was written.",
-                thread_id=thread_id,
-            ) from exc
+            )
+        connections[self.alias].close_if_unusable_or_obsolete()
+        return StorageError(
+            f"the database refused the {what} ({exc}); nothing was written.",
+            thread_id=thread_id,
+        )
 
-    def _head_params(self, group: Sequence[CheckpointWrite]) -> list[Any]:
-        last = group[-1].checkpoint
+    def _checkpoint_row(self, cp: Checkpoint, created_at: Any) -> list[Any]:
+        """``cp`` as the parameters of one ``criogen_checkpoint`` row."""
         return [
-            last.version,
-            last.id,
-            last.status,
-            self._db_time(last.created_at),
+            cp.id,
+            cp.thread_id,
+            cp.version,
+            cp.run_id,
+            cp.source,
+            cp.status,
+            cp.parent_id,
+            created_at,
+            self._encode_body(cp),
         ]
 
-    def _checkpoint_rows(self, group: Sequence[CheckpointWrite]) -> list[list[Any]]:
-        return [
-            [
-                w.checkpoint.id,
-                w.checkpoint.thread_id,
-                w.checkpoint.version,
-                w.checkpoint.run_id,
-                w.checkpoint.source,
-                w.checkpoint.status,
-                w.checkpoint.parent_id,
-                self._db_time(w.checkpoint.created_at),
-                self._encode_body(w.checkpoint),
-            ]
-            for w in group
-        ]
-
-    def _value_rows(self, group: Sequence[CheckpointWrite]) -> list[list[Any]]:
-        return [
-            [w.checkpoint.thread_id, key, version, kind, prev, self._seal(data)]
-            for w in group
-            for key, version, kind, data, prev in value_rows_for(w)
-        ]
+    def _value_params(self, group: Sequence[CheckpointWrite]) -> list[Any]:
+        """The value rows of ``group``, flat: six parameters a row."""
+        params: list[Any] = []
+        seal = self._seal if self.cipher is not None else None
+        for w in group:
+            thread_id = w.checkpoint.thread_id
+            for key, version, kind, data, prev in value_rows_for(w):
+                params += (thread_id, key, version, kind, prev, seal(data) if seal else data)
+        return params
 
     def _write_sql(
         self,
@@ -210,29 +252,32 @@ class OrmWrites(OrmAudit):
         release: bool = False,
         cursor: Any = None,
     ) -> bool:
+        # Each checkpoint's time, as the database takes it, once.
+        times = [self._db_time(w.checkpoint.created_at) for w in group]
+        last = group[-1].checkpoint
         with contextlib.nullcontext(cursor) if cursor is not None else self._cursor() as cur:
             cur.execute(
-                "UPDATE criogen_thread SET head_version = %s, head_id = %s, head_status = %s,"  # noqa: S608
-                f" updated_at = %s{_RELEASE if release else ''} WHERE id = %s"
-                " AND head_version = %s AND (lease_id = %s OR %s IS NULL)",
-                [*self._head_params(group), thread_id, group[0].after, lease_id, lease_id],
+                _RELEASING_HEAD_UPDATE if release else _HEAD_UPDATE,
+                [
+                    last.version,
+                    last.id,
+                    last.status,
+                    times[-1],
+                    thread_id,
+                    group[0].after,
+                    lease_id,
+                    lease_id,
+                ],
             )
             if cur.rowcount != 1:
                 return False
             # One multi-row INSERT per table: executemany's per-row round trips through
             # Django's wrapper cost more than building the VALUES list.
-            _insert_rows(
-                cur,
-                "INSERT INTO criogen_checkpoint (id, thread_id, version, run_id, source, status,"
-                " parent_id, created_at, body) VALUES ",
-                self._checkpoint_rows(group),
-            )
-            _insert_rows(
-                cur,
-                "INSERT INTO criogen_value (thread_id, state_key, version, kind, prev, data)"
-                " VALUES ",
-                self._value_rows(group),
-            )
+            checkpoints: list[Any] = []
+            for w, created_at in zip(group, times, strict=True):
+                checkpoints += self._checkpoint_row(w.checkpoint, created_at)
+            _insert_flat(cur, _CHECKPOINT_INSERT, 9, checkpoints)
+            _insert_flat(cur, _VALUE_INSERT + " VALUES ", 6, self._value_params(group))
         return True
 
     def _write_pg(
@@ -249,49 +294,38 @@ class OrmWrites(OrmAudit):
         # the UPDATE matches nothing and nothing is inserted. Prepared (see _pg_run):
         # the SQL text depends only on the batch's shape, so a run's statements reuse
         # a handful of plans.
-        checkpoints = self._checkpoint_rows(group)
-        values = self._value_rows(group)
-        head = (
-            "WITH head AS (UPDATE criogen_thread SET head_version = %s, head_id = %s,"  # noqa: S608
-            f" head_status = %s, updated_at = %s{_RELEASE if release else ''}"
-            " WHERE id = %s AND head_version = %s"
-            " AND (lease_id = %s OR %s::varchar IS NULL) RETURNING id),"
-        )
+        last = group[-1].checkpoint
         params: list[Any] = [
-            *self._head_params(group),
+            last.version,
+            last.id,
+            last.status,
+            last.created_at,
             thread_id,
             group[0].after,
             lease_id,
             lease_id,
         ]
-        if len(checkpoints) == 1 and len(values) <= _SCALAR_VALUE_ROWS:
+        values = self._value_params(group)
+        rows = len(values) // 6
+        if len(group) == 1 and rows <= _SCALAR_VALUE_ROWS:
             # The usual single checkpoint: scalar parameters. Turning them into 15
             # arrays cost more client CPU than the statement's execution.
-            sql = head + _CP_INSERT + f" SELECT {_CP_ROW} FROM head)"  # noqa: S608
-            params += checkpoints[0]
-            if values:
-                rows = ", ".join([_VALUE_ROW] * len(values))
-                sql += f", vals AS ({_VALUE_INSERT} SELECT v.* FROM head, (VALUES {rows}) AS v)"  # noqa: S608
-                for row in values:
-                    params += row
+            params += self._checkpoint_row(last, last.created_at)
+            params += values
+            sql = _pg_write_sql(release, rows, audit is not None)
         else:
-            cps = list(zip(*checkpoints, strict=True))
-            vals: list[Sequence[Any]] = list(zip(*values, strict=True)) if values else [[]] * 6
-            sql = (
-                head + _CP_INSERT + " SELECT c.* FROM head, unnest(%s::varchar[],"  # noqa: S608
-                " %s::varchar[], %s::int[], %s::varchar[], %s::varchar[], %s::varchar[],"
-                " %s::varchar[], %s::timestamptz[], %s::text[]) AS c),"
-                f" vals AS ({_VALUE_INSERT} SELECT v.* FROM head, unnest(%s::varchar[],"
-                " %s::varchar[], %s::int[], %s::varchar[], %s::int[], %s::text[]) AS v)"
+            cps = zip(
+                *(self._checkpoint_row(w.checkpoint, w.checkpoint.created_at) for w in group),
+                strict=True,
             )
             params += [list(col) for col in cps]
-            params += [list(col) for col in vals]
+            params += [values[i::6] for i in range(6)]
+            sql = _pg_write_sql(release, -1, audit is not None)
         if audit is not None:
             # The event too, from the same RETURNING: no head moved, no event.
-            sql += f", aud AS ({_AUDIT_INSERT} SELECT {_AUDIT_ROW} FROM head)"  # noqa: S608
             params += self._audit_row(audit)
-        rows = self._pg_run(sql + " SELECT count(*) FROM head", params, fetch=True)  # noqa: S608
-        return bool(rows[0][0])
+        found = self._pg_run(sql, params, fetch=True)
+        return bool(found[0][0])
 
     def _audit_row(self, e: AuditRecord) -> list[Any]:
         """``e`` as the parameters of one ``criogen_audit_event`` row (see
@@ -354,11 +388,24 @@ _INSERT_CHUNK = 500
 
 def _insert_rows(cur: Any, head: str, rows: Sequence[Sequence[Any]]) -> None:
     """``head`` followed by one ``VALUES`` tuple per row, in chunks of bounded size."""
-    for start in range(0, len(rows), _INSERT_CHUNK):
-        chunk = rows[start : start + _INSERT_CHUNK]
-        row = "(" + ", ".join(["%s"] * len(chunk[0])) + ")"
-        # Only placeholders are added to the SQL text.
-        cur.execute(head + ", ".join([row] * len(chunk)), [p for r in chunk for p in r])
+    if rows:
+        _insert_flat(cur, head, len(rows[0]), [p for r in rows for p in r])
+
+
+def _insert_flat(cur: Any, head: str, width: int, params: Sequence[Any]) -> None:
+    """:func:`_insert_rows` of rows given flat: ``width`` parameters a row."""
+    step = _INSERT_CHUNK * width
+    for start in range(0, len(params), step):
+        chunk = params[start : start + step]
+        cur.execute(_values_sql(head, width, len(chunk) // width), chunk)
+
+
+@functools.lru_cache(maxsize=256)
+def _values_sql(head: str, width: int, rows: int) -> str:
+    """``head`` and ``rows`` ``VALUES`` tuples of ``width`` placeholders (only
+    placeholders are added to the SQL text)."""
+    row = "(" + ", ".join(["%s"] * width) + ")"
+    return head + ", ".join([row] * rows)
 
 
 def _by_thread(writes: Sequence[CheckpointWrite]) -> dict[str, list[CheckpointWrite]]:

@@ -169,3 +169,58 @@ def test_the_merged_state_does_not_share_objects_with_the_update() -> None:
     items[0]["n"] = 2
     items.append({"n": 3})
     assert state == {"a": [{"n": 1}], "log": [{"n": 1}]}
+
+
+any_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@SETTINGS
+@given(any_json)
+def test_encode_writes_what_json_dumps_writes(value: Any) -> None:
+    """``encode`` skips json.dumps's per-call Python; its text is json.dumps's."""
+    import json
+
+    from criogen.engine.state import json_copy
+
+    expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    assert encode(value) == expected
+    copy, text = json_copy(value, "state['x']")
+    assert text == expected
+    assert copy == value
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(["a", "b", "c"]), json_values), updates)
+def test_the_state_size_counted_key_by_key_is_that_of_its_json(
+    head: dict[str, Any], steps: list[dict[str, Any]]
+) -> None:
+    """``json_size`` takes the text of the values a delta set from the delta; the sum
+    is the byte length of the whole state's JSON."""
+    from criogen.engine.threads import json_size
+
+    state = head
+    for update in steps:
+        state, delta = apply_update(state, update, REDUCERS, origin="test")
+        assert json_size(state, delta) == len(encode(state).encode()) == json_size(state)
+
+
+def test_new_ids_are_random_uuid4_strings() -> None:
+    import uuid
+
+    from criogen.engine.checkpoints import new_id
+
+    ids = {new_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122

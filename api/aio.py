@@ -101,10 +101,25 @@ def _job(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) ->
                 conn.close_at = None if age is None else time.monotonic() + age
 
 
+_hop: tuple[ThreadPoolExecutor, Callable[..., Any], Callable[..., Any]] | None = None
+
+
+def _to_pool() -> Callable[..., Any]:
+    """``_job`` as a coroutine function on the pool's threads, made once per pool and
+    job function (the adapter keeps no per-call state; building it inspects ``_job``
+    every time)."""
+    global _hop
+    pool = _pool()
+    hop = _hop
+    if hop is None or hop[0] is not pool or hop[1] is not _job:
+        hop = (pool, _job, sync_to_async(_job, thread_sensitive=False, executor=pool))
+        _hop = hop
+    return hop[2]
+
+
 async def db(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` on a thread of the API's pool (it may use the ORM)."""
-    run = sync_to_async(_job, thread_sensitive=False, executor=_pool())
-    return await run(fn, args, kwargs)
+    return await _to_pool()(fn, args, kwargs)  # type: ignore[no-any-return]
 
 
 # -- a read in the token check's hop ---------------------------------------------------

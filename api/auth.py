@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from ninja.security.base import AuthBase
@@ -30,6 +30,7 @@ __all__ = [
     "auth_backends",
     "auth_failures_retry_after",
     "client_ip",
+    "local_cache",
     "principal",
 ]
 
@@ -132,6 +133,39 @@ def client_ip(request: HttpRequest) -> str:
     return str(address)
 
 
+def local_cache() -> bool:
+    """Django's default cache lives in this process (LocMemCache): no I/O to wait for."""
+    backend = str(settings.CACHES.get("default", {}).get("BACKEND", ""))
+    return backend.endswith(".LocMemCache")
+
+
+_shared: tuple[object, Any] | None = None
+"""``(settings.CACHES, cache)``: the in-process default cache the lockout uses."""
+
+
+def _cache() -> Any:
+    """Django's default cache, for the lockout's counts.
+
+    Django's ``cache`` is a per-context connection: under ASGI every request (its own
+    async context) builds a new cache object on first use and closes it at
+    ``request_finished``. A LocMemCache keeps its entries, expiry times and lock per
+    cache name at module level, so each of its objects reads and writes the same
+    counts: the lockout keeps one for as long as ``CACHES`` is the same (a check on
+    every token-carrying request). Any other backend (a shared cache, with its own
+    connections) is used through ``cache`` as Django hands it out.
+    """
+    global _shared
+    conf = settings.CACHES
+    shared = _shared
+    if shared is not None and shared[0] is conf:
+        return shared[1]
+    if not local_cache():
+        return cache
+    instance = caches.create_connection("default")
+    _shared = (conf, instance)
+    return instance
+
+
 def _keys(ip: str) -> tuple[str, str]:
     return f"criogen:authfail:{ip}:n", f"criogen:authfail:{ip}:since"
 
@@ -140,22 +174,24 @@ def _note_failure(request: HttpRequest) -> None:
     """Count one bad token from the request's client IP."""
     count_key, since_key = _keys(client_ip(request))
     window = _failure_window()
-    if cache.add(since_key, time.time(), window):
-        cache.set(count_key, 0, window)
+    store = _cache()
+    if store.add(since_key, time.time(), window):
+        store.set(count_key, 0, window)
     try:
-        cache.incr(count_key)
+        store.incr(count_key)
     except ValueError:  # the window ended between the two calls: start a new one
-        cache.set(count_key, 1, window)
+        store.set(count_key, 1, window)
 
 
 def auth_failures_retry_after(request: HttpRequest) -> int | None:
     """Seconds until the request's client IP may try tokens again, or None when it is
     under the limit."""
     count_key, since_key = _keys(client_ip(request))
-    count = cache.get(count_key) or 0
+    store = _cache()
+    count = store.get(count_key) or 0
     if count < _failure_limit():
         return None
-    since = cache.get(since_key) or time.time()
+    since = store.get(since_key) or time.time()
     return max(1, int(since + _failure_window() - time.time() + 0.999))
 
 

@@ -39,7 +39,7 @@ from django.http.response import HttpResponseBase
 from django.middleware import clickjacking, common, security
 from django.utils.deprecation import MiddlewareMixin
 
-from api.auth import auth_failures_retry_after
+from api.auth import auth_failures_retry_after, local_cache
 from api.errors import problem
 from criogen.inputs import BROWSER_PREFIXES, nul_field
 
@@ -113,12 +113,6 @@ def _locked_out(request: HttpRequest) -> HttpResponse | None:
     return response
 
 
-def _local_cache() -> bool:
-    """Django's default cache lives in this process (LocMemCache): no I/O to wait for."""
-    backend = str(settings.CACHES.get("default", {}).get("BACKEND", ""))
-    return backend.endswith(".LocMemCache")
-
-
 class _Gate:
     """A middleware that answers early when ``refuse(request)`` returns a response,
     and otherwise passes the request on (sync and async)."""
@@ -146,7 +140,7 @@ class _Gate:
         return refused if refused is not None else self.get_response(request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponse:
-        if self.off_loop and not _local_cache():
+        if self.off_loop and not local_cache():
             from api.aio import db
 
             refused = await db(self.refuse, request)
@@ -294,7 +288,7 @@ def _requested_headers(request: HttpRequest) -> list[str]:
 # also runs sync views: under ASGI every request would hop to that thread and back twice
 # per middleware, and queue behind whatever it is doing. criogen.asgi serves the API's
 # paths with the chain below instead: the same middleware, less those that only serve
-# browsers (static files, sessions, CSRF, the signed-in user, messages: a token-authenticated API
+# browsers (static files, sessions, CSRF, the signed-in user, messages, htmx: a token-authenticated API
 # never reads or sets a cookie, so they add nothing to its responses), and Django's
 # header middleware called inline on the event loop (their hooks are pure computation).
 
@@ -307,6 +301,8 @@ BROWSER_ONLY = frozenset(
         "django.contrib.messages.middleware.MessageMiddleware",
         # Pages only; classic (sync) middleware would cost every API request a thread hop.
         "dashboard.middleware.HtmxLoginRedirectMiddleware",
+        # request.htmx, which only the dashboard's views read.
+        "django_htmx.middleware.HtmxMiddleware",
         "dashboard.middleware.NulCharacterPageMiddleware",
     }
 )

@@ -30,7 +30,9 @@ from django.core.exceptions import RequestAborted  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix  # noqa: E402
 from django.dispatch import Signal  # noqa: E402
 from django.http import HttpRequest, HttpResponseBase  # noqa: E402
-from django.urls import set_script_prefix  # noqa: E402
+from django.urls import URLPattern, URLResolver, get_resolver, set_script_prefix  # noqa: E402
+from django.urls.exceptions import Resolver404  # noqa: E402
+from django.urls.resolvers import RoutePattern  # noqa: E402
 
 from api.middleware import api_middleware, is_api_path  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
@@ -52,9 +54,116 @@ def _request_has_thread() -> bool:
     return context is None or context in SyncToAsync.context_to_thread_executor
 
 
+def _first_segment(pattern: URLPattern | URLResolver) -> str | None:
+    """The first segment of every path ``pattern`` matches, or None when it may match
+    paths of any first segment (a converter or a regular expression in it, or an
+    include's prefix with no ``/``)."""
+    if not isinstance(pattern.pattern, RoutePattern):
+        return None
+    literal, converter, _ = str(pattern.pattern).partition("<")
+    if "/" in literal:
+        return literal.split("/", 1)[0]
+    if converter or isinstance(pattern, URLResolver):
+        return None  # an include's route matches a prefix: "ok" would match "okay/"
+    return literal  # a whole path of one segment
+
+
+def _narrowed(patterns: Any, segment: str) -> list[URLPattern | URLResolver]:
+    """``patterns``, in their order, less those that cannot match a path whose first
+    segment is ``segment``; an include at the empty route narrowed the same way."""
+    kept: list[URLPattern | URLResolver] = []
+    for pattern in patterns:
+        first = _first_segment(pattern)
+        if first is not None:
+            if first == segment:
+                kept.append(pattern)
+        elif (
+            isinstance(pattern, URLResolver)
+            and isinstance(pattern.pattern, RoutePattern)
+            and str(pattern.pattern) == ""
+        ):
+            kept.append(
+                URLResolver(
+                    pattern.pattern,
+                    _narrowed(pattern.url_patterns, segment),
+                    pattern.default_kwargs,
+                    pattern.app_name,
+                    pattern.namespace,
+                )
+            )
+        else:
+            kept.append(pattern)
+    return kept
+
+
+def _segments(patterns: Any) -> set[str]:
+    """The first segments ``patterns`` name (through includes at the empty route)."""
+    found: set[str] = set()
+    for pattern in patterns:
+        first = _first_segment(pattern)
+        if first is not None:
+            found.add(first)
+        elif isinstance(pattern, URLResolver) and str(pattern.pattern) == "":
+            found |= _segments(pattern.url_patterns)
+    return found
+
+
+class _ApiRoutes:
+    """URL resolving for the API's paths, by the path's first segment.
+
+    Django tries a urlconf's patterns in order, a regular expression each: for
+    ``/threads/{id}/state`` about thirty before the one that matches. Here the root
+    urlconf is copied once per first segment its routes name (``threads``, ``runs``…),
+    keeping, in their order, only the patterns that can match a path starting with that
+    segment. Django's own ``resolve`` runs on that copy, so a path resolves to the same
+    view, arguments, names and route (the patterns it skipped are not in the match's
+    ``tried``, which only Django's debug 404 page reads). A path none of them matches,
+    or of a segment no route names, is resolved on the whole urlconf, for Django's 404.
+    """
+
+    def __init__(self, root: URLResolver) -> None:
+        self.root = root
+        self.by_segment = {
+            segment: URLResolver(root.pattern, _narrowed(root.url_patterns, segment))
+            for segment in _segments(root.url_patterns)
+            if segment
+        }
+
+    def resolver(self, path: str) -> URLResolver | None:
+        """The copy for ``path`` (``/threads/…``), or None."""
+        return self.by_segment.get(path[1:].split("/", 1)[0])
+
+
+_routes: _ApiRoutes | None = None
+
+
+def _api_routes() -> _ApiRoutes:
+    global _routes
+    root = get_resolver()
+    routes = _routes
+    if routes is None or routes.root is not root:
+        routes = _routes = _ApiRoutes(root)
+    return routes
+
+
 class ApiHandler(ASGIHandler):
     """Django's ASGI handler with the API's middleware chain and request signals sent
     on the event loop."""
+
+    def resolve_request(self, request: HttpRequest) -> Any:
+        """Django's resolving, on the copy of the urlconf for the path's first segment
+        (:class:`_ApiRoutes`)."""
+        if not hasattr(request, "urlconf"):
+            resolver = _api_routes().resolver(request.path_info)
+            if resolver is not None:
+                try:
+                    match = resolver.resolve(request.path_info)
+                except Resolver404:
+                    pass
+                else:
+                    request.resolver_match = match
+                    return match
+        return super().resolve_request(request)
 
     def load_middleware(self, is_async: bool = False) -> None:
         # BaseHandler reads settings.MIDDLEWARE; this runs once, at start-up.

@@ -148,3 +148,64 @@ async def test_a_client_that_goes_away_cancels_the_view(
     assert cancelled.is_set()
     assert sent == []
     assert [name for name, _ in heard] == ["started", "finished"]
+
+
+def _sample_paths() -> list[str]:
+    """A path for every route of the API's urlconf (each converter given ``x1``), and
+    near misses: a route's segment with a suffix, a trailing slash, unknown segments."""
+    from django.urls import URLResolver, get_resolver
+
+    found: list[str] = []
+
+    def walk(patterns: Any, prefix: str) -> None:
+        for pattern in patterns:
+            route = str(pattern.pattern)
+            while "<" in route:
+                head, _, rest = route.partition("<")
+                route = head + "x1" + rest.partition(">")[2]
+            if isinstance(pattern, URLResolver):
+                walk(pattern.url_patterns, prefix + route)
+            else:
+                found.append("/" + prefix + route)
+
+    walk(get_resolver().url_patterns, "")
+    extra = ["/threadsx", "/threads/", "/threads/x1/", "/okay", "/ok/", "/nope/x", "/", "//"]
+    return found + [p + "z" for p in found] + extra
+
+
+def test_api_paths_resolve_as_django_resolves_them() -> None:
+    """criogen.asgi resolves the API's paths on a copy of the urlconf per first
+    segment: the same view, arguments, names and route as Django's whole urlconf, and
+    no match (so Django's own 404) where Django finds none."""
+    from django.urls import Resolver404, get_resolver
+
+    from criogen.asgi import _api_routes
+
+    routes = _api_routes()
+    assert {"threads", "runs", "assistants", "store", "ok", "info"} <= set(routes.by_segment)
+    root = get_resolver()
+    for path in _sample_paths():
+        try:
+            whole = root.resolve(path)
+        except Resolver404:
+            whole = None
+        resolver = routes.resolver(path)
+        try:
+            narrowed = resolver.resolve(path) if resolver is not None else None
+        except Resolver404:
+            narrowed = None
+        if whole is None:
+            assert narrowed is None, path
+            continue
+        if narrowed is None:
+            assert resolver is None, path  # a segment no route names: the whole urlconf
+            continue
+        fields = ("func", "args", "kwargs", "url_name", "app_names", "namespaces", "route")
+        fields += ("captured_kwargs", "extra_kwargs", "view_name", "_func_path")
+        assert [getattr(narrowed, f) for f in fields] == [getattr(whole, f) for f in fields]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_unknown_api_path_is_django_s_404() -> None:
+    status, _ = await _call("/threads/x1/nothing-here")
+    assert status == 404

@@ -117,3 +117,34 @@ def test_the_client_address_is_the_right_most_untrusted_hop(
         assert client_ip(request) == client
     with override_settings(CRIOGEN_TRUSTED_PROXIES=[]):
         assert client_ip(request) == peer
+
+
+def test_the_counts_are_those_of_django_s_default_cache() -> None:
+    """The lockout keeps one LocMemCache object (api.auth._cache): it reads and writes
+    the counts every other object of Django's default cache sees, clears with it, and
+    follows a change of CACHES."""
+    from django.core.cache import cache
+
+    from api.auth import _keys, _note_failure, auth_failures_retry_after
+
+    address = "203.0.113.77"
+    request = RequestFactory().get("/threads", REMOTE_ADDR=address)
+    count_key, _ = _keys(address)
+    cache.clear()
+    for _ in range(LIMIT - 1):
+        _note_failure(request)
+    assert cache.get(count_key) == LIMIT - 1
+    assert auth_failures_retry_after(request) is None
+    _note_failure(request)
+    assert 1 <= (auth_failures_retry_after(request) or 0) <= 60
+    cache.clear()
+    assert auth_failures_retry_after(request) is None
+    other = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "x"}
+    }
+    cache.set(count_key, LIMIT)
+    assert auth_failures_retry_after(request) is not None
+    with override_settings(CACHES=other):
+        assert auth_failures_retry_after(request) is None  # another cache: no counts
+    assert auth_failures_retry_after(request) is not None
+    cache.clear()

@@ -255,14 +255,14 @@ def measure(runs: int, mode: str, workers: list[subprocess.Popen[bytes]]) -> dic
     # handed to the runner, then handed to it all at once. (Parking their tasks in a
     # queue no worker reads depended on Celery re-reading task_default_queue, which
     # 5.6 does not: the workers ran them while they were being created.)
-    from criogen.services import runs as run_service
+    from criogen import dispatch
 
-    dispatch = run_service.enqueue_run
-    run_service.enqueue_run = lambda run_id: None
+    enqueue = dispatch.enqueue
+    dispatch.enqueue = lambda run_id, *, at=None: None  # the services' one hand-off
     try:
         ids = create_runs(runs, mode)
     finally:
-        run_service.enqueue_run = dispatch
+        dispatch.enqueue = enqueue
     meter = CpuMeter({w.pid for w in workers} if workers else {os.getpid()})
     meter.start()
     started = time.perf_counter()

@@ -222,8 +222,20 @@ def _patch_thread(
 )
 async def delete_thread(request: HttpRequest, thread_id: str) -> tuple[int, None]:
     """Cancel the thread's active runs and remove it with its whole history."""
-    await db(threads.delete_thread, principal(request), thread_id)
+    await db_ahead(request, threads.delete_thread, principal(request), thread_id)
     return 204, None
+
+
+@plan_ahead("DELETE", "get_thread")
+def _plan_delete_thread(request: HttpRequest, who: Principal) -> Plan | None:
+    """The deletion of :func:`delete_thread`, made in the token check's hop (api.aio).
+
+    A write, where the other plans are reads: it is made ahead only because nothing
+    between the token check and the endpoint can turn the request away. Its one
+    parameter is the path's thread id, a string django-ninja takes as it is, and the
+    API has no throttles; so a request whose token passes always makes this very call,
+    once, and its errors (404) are the endpoint's."""
+    return threads.delete_thread, (who, request.resolver_match.kwargs["thread_id"]), {}  # type: ignore[union-attr]
 
 
 @router.post(

@@ -38,7 +38,7 @@ from criogen.engine.errors import (
 from criogen.engine.store import AuditRecord
 from criogen.engine.threads import check_door
 from criogen.registry import get_graph, storage
-from criogen.selectors import Who, thread_for
+from criogen.selectors import Who, check_thread_for, thread_for
 from criogen.storage.models import Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 from criogen.storage.models.threads import TTL_STRATEGIES
@@ -236,23 +236,55 @@ def update_thread_state(
     return checkpoint  # type: ignore[no-any-return]
 
 
-def delete_thread(*, thread_id: str, by: str | None = None, door: str = "python") -> bool:
+def delete_thread(
+    *, thread_id: str, by: str | None = None, door: str = "python", who: Who | None = None
+) -> bool:
     """Delete the thread: cancel its active runs, wait for their lease to go, then
     remove its runs, state and whole history; one ``delete`` audit event (kept).
-    False when there was no such thread."""
+    False when there was no such thread.
+
+    ``who``: the caller, who must be able to see the thread (the rule of
+    :func:`criogen.selectors.check_thread_for`): a thread they may not see, or none,
+    raises ThreadNotFound and changes nothing. On the ORM storage that is checked in the
+    statement that deletes an idle thread."""
     from criogen.services.runs import cancel_active_runs
 
     event = AuditRecord("delete", thread_id, by, {}, door=check_door(door))
+    store = storage()
     # Most threads have no run in progress: then the thread goes, with its event, in
-    # one round trip and nothing is read first.
-    deleted = storage().delete_idle_thread(thread_id, audit=event)
+    # one round trip and nothing is read first (not even who may see it, on the ORM).
+    narrowed = getattr(store, "delete_idle_thread_for", None)
+    if who is None:
+        deleted = store.delete_idle_thread(thread_id, audit=event)
+    elif narrowed is None:
+        check_thread_for(who, thread_id)
+        deleted = store.delete_idle_thread(thread_id, audit=event)
+    else:
+        deleted = narrowed(thread_id, owner=_owner_seen_by(who, thread_id), audit=event)
+        if deleted is False:
+            # Missing, or another user's: the rule says which answer (ThreadNotFound),
+            # unless the thread is there by now (created since), which was not deleted.
+            check_thread_for(who, thread_id)
     if deleted is not None:
         return deleted
+    # Busy (and, with ``who``, visible to them): the slow path.
     cancel_active_runs(thread_id, by=by or door, door=door)
     _wait_released(thread_id)
-    head = storage().head(thread_id)
+    head = store.head(thread_id)
     event = replace(event, before=head.id if head is not None else None)
-    return bool(storage().delete_thread(thread_id, audit=event))
+    return bool(store.delete_thread(thread_id, audit=event))
+
+
+def _owner_seen_by(who: Who, thread_id: str) -> Any:
+    """The owner a thread needs for ``who`` to see it (a user's primary key; None: any
+    owner, for operators): the rule of :func:`criogen.selectors.check_thread_for`,
+    which raises ThreadNotFound for a caller who sees no thread at all."""
+    if who.is_operator:
+        return None
+    user = who.user
+    if user is None or not getattr(user, "is_authenticated", True):
+        check_thread_for(who, thread_id)  # raises: such a caller sees no thread
+    return user.pk
 
 
 def _wait_released(thread_id: str, timeout: float = 10.0) -> None:

@@ -13,7 +13,9 @@ The deletion's statements are derived once from the models' own relations (every
 ``CASCADE`` to the thread, and what cascades or is set null from those rows), so a new
 table that refers to threads is deleted with them; a relation the plan cannot express
 (another ``on_delete``, deeper chains, many-to-many fields) or a delete signal's
-receiver sends the deletion back to the ORM's collector.
+receiver sends the deletion back to the ORM's collector. The API's deletion also checks
+in the same statement that the caller may see the thread (:meth:`OrmLifecycle.
+delete_idle_thread_for`): its request makes one statement after the token's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
+from django.db.models import signals
 
 from criogen.engine.store import AuditRecord
 from criogen.storage.orm.base import _SqliteCursor
@@ -57,12 +60,46 @@ class _DeletePlan:
     models: tuple[Any, ...]
     """The models whose rows it deletes or changes: a delete signal connected to any
     of them (checked at each deletion) needs the collector."""
+    owned: str
+    """What narrows ``guard`` (and the check that the thread exists) to one owner's
+    thread: `` AND <owner column> = %s``."""
+
+    @functools.cached_property
+    def pg_statements(self) -> dict[tuple[bool, bool], str]:
+        """The PostgreSQL statement by (narrowed to an owner, with an audit event): made
+        once, as the statement is the same for every thread (it is prepared)."""
+        return {
+            (owned, audited): _pg_statement(self, owned=owned, audited=audited)
+            for owned in (False, True)
+            for audited in (False, True)
+        }
 
 
 def _has_delete_receivers(model: Any) -> bool:
-    from django.db.models import signals
-
     return signals.pre_delete.has_listeners(model) or signals.post_delete.has_listeners(model)
+
+
+_heard: tuple[tuple[Any, ...], bool] | None = None
+"""The delete signals' receivers when the plan's models were last checked, and whether
+any of them listens to one of those models."""
+
+
+def _needs_collector(plan: _DeletePlan) -> bool:
+    """Whether a delete signal's receiver listens to one of ``plan.models`` (then the
+    collector deletes, and sends the signals).
+
+    Asking each model of each signal is ~150 Python calls, a third of a deletion's own
+    (bench/NOTES.md, 2026-12-02): the answer is kept for as long as the receivers are
+    the same. ``connect`` and ``disconnect`` change the lists; a receiver that dies
+    afterwards leaves its entry there and keeps the answer True (the collector then
+    sends the signal to no one: slower, never wrong)."""
+    global _heard
+    now = (*signals.pre_delete.receivers, None, *signals.post_delete.receivers)
+    heard = _heard
+    if heard is None or heard[0] != now:
+        heard = (now, any(_has_delete_receivers(model) for model in plan.models))
+        _heard = heard
+    return heard[1]
 
 
 @functools.cache
@@ -124,7 +161,37 @@ def _delete_plan() -> _DeletePlan | None:
         f" {run_table} WHERE {run_table}.{run_thread} = criogen_thread.id"
         f" AND {run_table}.status IN ({statuses}))"
     )
-    return _DeletePlan(guard, (*updates, *deletes), tuple(dict.fromkeys(touched)))
+    owned = f" AND {Thread._meta.get_field('owner').column} = %s"
+    return _DeletePlan(guard, (*updates, *deletes), tuple(dict.fromkeys(touched)), owned)
+
+
+def _pg_statement(plan: _DeletePlan, *, owned: bool, audited: bool) -> str:
+    """The one statement of an idle thread's deletion on PostgreSQL; its parameters are
+    the thread's id, the time now, the owner (when ``owned``), the thread's id once per
+    ``%s`` of ``plan.then``, the audit row less its ``before`` (when ``audited``), then
+    the thread's id and the owner (when ``owned``) again.
+
+    Every part sees the same snapshot, so the rows of the thread's tables go only if the
+    guarded DELETE of its row matched (EXISTS on ``gone``); a row both set null and
+    deleted would be changed twice, which PostgreSQL does not allow in one statement, so
+    a SET NULL skips the rows the thread's own deletes take (those of the thread: its
+    relation's column is the thread id). It answers how many thread rows went (0 or 1)
+    and whether the thread (the owner's) is still there: busy."""
+    owner = plan.owned if owned else ""
+    parts = [
+        f"gone AS (DELETE FROM criogen_thread WHERE {plan.guard}{owner} RETURNING head_id)"  # noqa: S608
+    ]
+    parts += [
+        f"t{i} AS ({sql} AND EXISTS (SELECT 1 FROM gone))"  # noqa: S608
+        for i, (sql, _) in enumerate(plan.then)
+    ]
+    if audited:
+        # ``before``: the head that was deleted, from the row itself.
+        parts.append(f"aud AS ({_AUDIT_INSERT} SELECT {_AUDIT_GONE} FROM gone)")  # noqa: S608
+    return (
+        "WITH " + ", ".join(parts) + " SELECT (SELECT count(*) FROM gone),"  # noqa: S608
+        f" EXISTS (SELECT 1 FROM criogen_thread WHERE id = %s{owner})"
+    )
 
 
 class OrmLifecycle(OrmWrites):
@@ -176,24 +243,42 @@ class OrmLifecycle(OrmWrites):
     def delete_idle_thread(
         self, thread_id: str, *, audit: AuditRecord | None = None
     ) -> bool | None:
+        return self.delete_idle_thread_for(thread_id, owner=None, audit=audit)
+
+    def delete_idle_thread_for(
+        self, thread_id: str, *, owner: Any, audit: AuditRecord | None = None
+    ) -> bool | None:
+        """:meth:`delete_idle_thread`, and only a thread of ``owner``'s (the primary key
+        of a user; None: anyone's), checked in the same statement: another owner's
+        thread is left alone and answered False, as a missing one."""
         plan = _delete_plan()
         if (
             plan is None
             or (self.vendor == "sqlite" and not _SQLITE_RETURNING)
-            or any(_has_delete_receivers(model) for model in plan.models)
+            or _needs_collector(plan)
         ):
+            # The collector's path: the checks of the plan's guard, read first.
+            row = self._owner_and_busy(thread_id)
+            if row is None or (owner is not None and row[0] != owner):
+                return False
+            if row[1]:
+                return None
             return super().delete_idle_thread(thread_id, audit=audit)
         event = audit if self.audit_enabled else None
         if self.vendor == "postgresql":
-            return self._delete_idle_pg(plan, thread_id, event)
+            return self._delete_idle_pg(plan, thread_id, owner, event)
+        owned, narrow = (plan.owned, [owner]) if owner is not None else ("", [])
         with self._sqlite_transaction() as cur:
             cur.execute(
-                f"DELETE FROM criogen_thread WHERE {plan.guard} RETURNING head_id",  # noqa: S608
-                [thread_id, time.time()],
+                f"DELETE FROM criogen_thread WHERE {plan.guard}{owned} RETURNING head_id",  # noqa: S608
+                [thread_id, time.time(), *narrow],
             )
             gone = cur.fetchall()
             if not gone:
-                cur.execute("SELECT 1 FROM criogen_thread WHERE id = %s", [thread_id])
+                cur.execute(
+                    f"SELECT 1 FROM criogen_thread WHERE id = %s{owned}",  # noqa: S608
+                    [thread_id, *narrow],
+                )
                 return None if cur.fetchone() else False
             for sql, n in plan.then:
                 cur.execute(sql, [thread_id] * n)
@@ -202,29 +287,34 @@ class OrmLifecycle(OrmWrites):
                 cur.execute(_AUDIT_VALUES, self._audit_row(event))
         return True
 
+    def _owner_and_busy(self, thread_id: str) -> tuple[Any, bool] | None:
+        """The thread's owner, and whether one of its runs is pending or running; None
+        when there is no such thread."""
+        from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
+
+        statuses = ", ".join(["%s"] * len(ACTIVE_RUN_STATUSES))
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT owner_id, EXISTS (SELECT 1 FROM criogen_run WHERE thread_id = %s"  # noqa: S608
+                f" AND status IN ({statuses})) FROM criogen_thread WHERE id = %s",
+                [thread_id, *ACTIVE_RUN_STATUSES, thread_id],
+            )
+            row = cur.fetchone()
+        return None if row is None else (row[0], bool(row[1]))
+
     def _delete_idle_pg(
-        self, plan: _DeletePlan, thread_id: str, event: AuditRecord | None
+        self, plan: _DeletePlan, thread_id: str, owner: Any, event: AuditRecord | None
     ) -> bool | None:
-        # One statement. Every part sees the same snapshot, so the rows of the thread's
-        # tables go only if the guarded DELETE of its row matched (EXISTS on ``gone``);
-        # a row both set null and deleted would be changed twice, which PostgreSQL does
-        # not allow in one statement, so a SET NULL skips the rows the thread's own
-        # deletes take (those of the thread: its relation's column is the thread id).
-        parts = [f"gone AS (DELETE FROM criogen_thread WHERE {plan.guard} RETURNING head_id)"]  # noqa: S608
-        params: list[Any] = [thread_id, time.time()]
-        for i, (sql, n) in enumerate(plan.then):
-            parts.append(f"t{i} AS ({sql} AND EXISTS (SELECT 1 FROM gone))")  # noqa: S608
+        # One statement (see _pg_statement).
+        narrow = [owner] if owner is not None else []
+        params: list[Any] = [thread_id, time.time(), *narrow]
+        for _, n in plan.then:
             params += [thread_id] * n
         if event is not None:
-            # ``before``: the head that was deleted, from the row itself.
-            parts.append(f"aud AS ({_AUDIT_INSERT} SELECT {_AUDIT_GONE} FROM gone)")  # noqa: S608
             row = self._audit_row(event)
             params += row[:5] + row[6:]
-        sql = (
-            "WITH " + ", ".join(parts) + " SELECT (SELECT count(*) FROM gone),"  # noqa: S608
-            " EXISTS (SELECT 1 FROM criogen_thread WHERE id = %s)"
-        )
-        params.append(thread_id)
+        params += [thread_id, *narrow]
+        sql = plan.pg_statements[(owner is not None, event is not None)]
         connection = connections[self.alias]
         if connection.in_atomic_block:
             ((deleted, existed),) = self._pg_run(sql, params, fetch=True)

@@ -11,11 +11,17 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from criogen.engine.errors import InvalidArgument, ThreadBusy
+from criogen.engine.errors import InvalidArgument, ThreadBusy, ThreadNotFound
 from criogen.registry import get_graph
+from criogen.selectors import viewer as as_viewer
 from criogen.services.runs import create_run, wait_run
-from criogen.services.threads import rewind_thread, set_thread_ttl, sweep_threads
-from criogen.storage.models import Checkpoint, Run, Thread, Value
+from criogen.services.threads import (
+    delete_thread,
+    rewind_thread,
+    set_thread_ttl,
+    sweep_threads,
+)
+from criogen.storage.models import AuditEvent, Checkpoint, Run, Thread, Value
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("inprocess_runner")]
 
@@ -136,3 +142,42 @@ def test_a_run_from_an_earlier_checkpoint_branches_with_new_input(thread_id: str
         "n": 103,
         "steps": ["a", "b", "c", "a", "b", "c"],
     }
+
+
+# -- delete for a caller ---------------------------------------------------------------
+
+
+def test_a_caller_deletes_their_own_thread_and_no_one_elses(
+    thread_id: str, owner: Any, stranger: Any, operator: Any
+) -> None:
+    run_turns(thread_id, turns=1)
+    Thread.objects.filter(pk=thread_id).update(owner=owner)
+
+    with pytest.raises(ThreadNotFound, match="not found"):
+        delete_thread(thread_id=thread_id, by="sam", door="api", who=as_viewer(stranger))
+    assert Thread.objects.filter(pk=thread_id).exists()
+    assert not AuditEvent.objects.filter(thread_id=thread_id, action="delete").exists()
+
+    assert delete_thread(thread_id=thread_id, by="alice", door="api", who=as_viewer(owner))
+    assert not Thread.objects.filter(pk=thread_id).exists()
+    assert AuditEvent.objects.filter(thread_id=thread_id, action="delete").count() == 1
+    # Gone: not found for anyone, operators included.
+    with pytest.raises(ThreadNotFound):
+        delete_thread(thread_id=thread_id, by="olga", door="api", who=as_viewer(operator))
+
+
+def test_another_users_busy_thread_is_not_found_and_its_runs_go_on(
+    thread_id: str, owner: Any, stranger: Any, operator: Any
+) -> None:
+    run_turns(thread_id, turns=1)
+    Thread.objects.filter(pk=thread_id).update(owner=owner)
+    Run.objects.filter(thread_id=thread_id).update(status="pending")
+
+    with pytest.raises(ThreadNotFound):
+        delete_thread(thread_id=thread_id, by="sam", door="api", who=as_viewer(stranger))
+    assert Run.objects.get(thread_id=thread_id).status == "pending"
+
+    # An operator sees every thread: its run is cancelled, then the thread goes.
+    assert delete_thread(thread_id=thread_id, by="olga", door="api", who=as_viewer(operator))
+    assert not Thread.objects.filter(pk=thread_id).exists()
+    assert AuditEvent.objects.filter(thread_id=thread_id, action="delete").count() == 1

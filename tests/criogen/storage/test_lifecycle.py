@@ -268,3 +268,109 @@ def test_a_save_signal_receiver_still_hears_of_the_new_row(orm: Any, thread_id: 
         post_save.disconnect(receiver, sender=Thread)
     assert heard == [(thread_id, True)]
     assert [e.action for e in orm.audit_events(thread_id=thread_id)] == ["create"]
+
+
+# -- a deletion for an owner: the API's, who may see the thread checked in the statement --
+
+
+def owned_by_someone(orm: Any, thread_id: str) -> int:
+    """Give ``thread_id`` a new owner; their primary key."""
+    user = get_user_model().objects.db_manager(orm.alias).create_user(f"o-{uuid.uuid4().hex[:8]}")
+    Thread.objects.using(orm.alias).filter(pk=thread_id).update(owner=user)
+    return int(user.pk)
+
+
+OWNER_CASES = {
+    "own": True,
+    "another's": False,
+    "own, busy": None,
+    "another's, busy": False,  # never None: the caller would cancel another's runs
+    "missing": False,
+}
+
+
+def delete_for(orm: Any, case: str) -> tuple[Any, dict[str, int], list[tuple[str, bool]]]:
+    """Make the thread of ``case`` and delete it for its owner or another user: the
+    answer, the rows left that refer to it, and its events (action, with a ``before``)."""
+    thread_id = f"t-{uuid.uuid4()}"
+    asking = owned_by_someone(orm, f"{thread_id}-none")  # an owner of no such thread
+    if case != "missing":
+        steps(orm, thread_id)
+        made = busy_thread_rows(orm, thread_id)
+        owner = owned_by_someone(orm, thread_id)
+        if case.startswith("own"):
+            asking = owner
+        if case.endswith("busy"):
+            Run.objects.using(orm.alias).filter(pk=made["run"].pk).update(status="running")
+    gone = AuditRecord("delete", thread_id, "alice", {}, door="api")
+    answer = orm.delete_idle_thread_for(thread_id, owner=asking, audit=gone)
+    events = [(e.action, bool(e.before)) for e in orm.audit_events(thread_id=thread_id)]
+    return answer, rows_of(orm, thread_id), events
+
+
+@pytest.mark.parametrize("case", OWNER_CASES)
+def test_a_deletion_for_an_owner_answers_as_the_collectors_path_does(orm: Any, case: str) -> None:
+    from django.db.models.signals import pre_delete
+
+    fast = delete_for(orm, case)
+
+    def receiver(**kwargs: Any) -> None:
+        pass
+
+    # A delete receiver sends the deletion through the ORM's collector: the general path.
+    pre_delete.connect(receiver, sender=Thread)
+    try:
+        general = delete_for(orm, case)
+    finally:
+        pre_delete.disconnect(receiver, sender=Thread)
+
+    assert fast == general
+    answer, rows, events = fast
+    assert answer is OWNER_CASES[case]
+    if answer:
+        assert set(rows.values()) == {0}
+        assert events == [("delete", True)]
+    else:
+        assert events == []
+        if case != "missing":
+            assert sum(rows.values()) >= 9
+
+
+def test_the_owners_idle_thread_goes_in_one_statement(orm: Any, thread_id: str) -> None:
+    steps(orm, thread_id)
+    owner = owned_by_someone(orm, thread_id)
+    gone = AuditRecord("delete", thread_id, "alice", {}, door="api")
+    with CaptureQueriesContext(connections[orm.alias]) as queries:
+        assert orm.delete_idle_thread_for(thread_id, owner=owner, audit=gone) is True
+    if orm.vendor == "postgresql":
+        assert len(queries.captured_queries) == 1
+    assert not Thread.objects.using(orm.alias).filter(pk=thread_id).exists()
+
+
+def test_a_receiver_connected_after_a_deletion_hears_of_the_next(orm: Any) -> None:
+    """Whether a receiver listens is kept between deletions: connecting (or
+    disconnecting) one is seen at the next."""
+    from django.db.models.signals import post_delete
+
+    first, second, third = (f"t-{uuid.uuid4()}" for _ in range(3))
+    runs = {}
+    for tid in (first, second, third):
+        steps(orm, tid)
+        runs[tid] = busy_thread_rows(orm, tid)["run"].pk
+    assert orm.delete_idle_thread(first) is True
+    heard: list[Any] = []
+
+    def receiver(sender: Any, instance: Any, **kwargs: Any) -> None:
+        heard.append(instance.pk)
+
+    post_delete.connect(receiver, sender=Run)
+    try:
+        assert orm.delete_idle_thread(second) is True
+    finally:
+        post_delete.disconnect(receiver, sender=Run)
+    assert heard == [runs[second]]
+    with CaptureQueriesContext(connections[orm.alias]) as queries:
+        assert orm.delete_idle_thread(third) is True
+    if orm.vendor == "postgresql":
+        assert len(queries.captured_queries) == 1
+    assert heard == [runs[second]]

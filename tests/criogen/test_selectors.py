@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.core.serializers.json import DjangoJSONEncoder
 
 from criogen import START, Workflow
 from criogen.engine.errors import ThreadNotFound
@@ -339,6 +341,10 @@ def test_every_search_shape_answers_as_the_orm_does(
         ("suspended", "pending", False, {"team": "a"}),
         ("completed", "success", False, {}),
     ]
+    # Times the JSON text writes differently: whole seconds (no fraction), a fraction
+    # under a millisecond (".000"), one just under the next millisecond (cut, not rounded).
+    base = datetime(2026, 5, 4, 3, 2, 1, tzinfo=UTC)
+    times = [base, base.replace(microsecond=400), base.replace(microsecond=123999)]
     made: list[str] = []
     for i in range(28):
         head_status, run_status, lease, metadata = shapes[i % len(shapes)]
@@ -351,6 +357,9 @@ def test_every_search_shape_answers_as_the_orm_does(
             lease_id="lease" if lease else None,
             lease_expires=now + 600 if lease else 0,
             ttl_minutes=30 if i % 5 == 0 else None,
+            **(
+                {"created_at": times[i % 3], "updated_at": times[(i + 1) % 3]} if i % 4 == 0 else {}
+            ),
         )
         if run_status:
             add_run(thread, run_status)
@@ -371,9 +380,11 @@ def test_every_search_shape_answers_as_the_orm_does(
     ]
     windows = [(None, 0), (3, 0), (3, 5), (2, 2), (5, 40)]
     # The metadata window as it is, then one row per row wanted: most windows then end
-    # before the matches do, and both paths fall back to the metadata index.
-    for per_row in (searching.WINDOW_PER_ROW, 1):
+    # before the matches do, and both paths fall back to the metadata index. The second
+    # time, every page at an offset walks the list for ids first (DEEP_OFFSET).
+    for per_row, deep in ((searching.WINDOW_PER_ROW, searching.DEEP_OFFSET), (1, 1)):
         monkeypatch.setattr(searching, "WINDOW_PER_ROW", per_row)
+        monkeypatch.setattr(searching, "DEEP_OFFSET", deep)
         _compare_every_shape(callers, filters, windows)
     for who in callers:
         for where in filters:
@@ -411,3 +422,12 @@ def _compare_every_shape(
         found, total = search_page(who, **search)
         expected, expected_total = _orm_page(who, **search)
         assert (_page_rows(found), total) == (_page_rows(expected), expected_total), search
+        # The times' JSON text, written by the database, is DjangoJSONEncoder's.
+        written = [getattr(row, "json_times", None) for row, _ in found]
+        encoded = [(_encoded(row.created_at), _encoded(row.updated_at)) for row, _ in expected]
+        if sort_by != "status":  # the ORM's path: no text
+            assert written == encoded, search
+
+
+def _encoded(value: datetime) -> str:
+    return str(DjangoJSONEncoder().default(value))

@@ -766,7 +766,10 @@ def _pg_search_page(
     while True:
         deep = not shape.window and offset >= DEEP_OFFSET
         if _generic(shape):
-            sql, names = _written_in(shape, deep, params.get("owner"), limit, offset)
+            # An integer key is written in; any other (a custom user model's) is bound.
+            owner = params.get("owner")
+            owner = owner if type(owner) is int else None
+            sql, names = _written_in(shape, deep, owner, limit, offset)
         else:
             sql, names = _page_sql(shape, deep)
         rows = pg_run(db, sql, [params[name] for name in names], fetch=True)

@@ -431,3 +431,20 @@ def _compare_every_shape(
 
 def _encoded(value: datetime) -> str:
     return str(DjangoJSONEncoder().default(value))
+
+
+def test_a_search_statement_writes_in_an_integer_owner_and_binds_any_other() -> None:
+    """The shapes that keep a generic plan have the owner, the limit and the offset in
+    their text (criogen.selectors.search._written_in); an owner key that is not an
+    integer (a custom user model's) stays a bound parameter, as metadata does."""
+    from criogen.selectors import search as searching
+
+    shape = searching._Shape(True, "idle", False, (), "created_at", True, False)
+    assert searching._generic(shape)
+    sql, names = searching._written_in(shape, False, 7, 20, 40)
+    assert names == ["now", "now", "now"]
+    assert '"owner_id" = 7 ' in sql and "LIMIT 20 OFFSET 40" in sql
+    sql, names = searching._written_in(shape, True, None, 20, 4000)
+    assert names.count("owner") == 3 and "LIMIT 20 OFFSET 4000" in sql
+    assert sql.count("%s") == len(names)
+    assert not searching._generic(searching._Shape(True, None, False, (True,), "id", True, True))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -622,9 +624,8 @@ def _written_in(
     search paid its planning (0.15-0.5 ms on 10,000 threads). Written in, the statement
     keeps a generic plan after five executions. The owner is written in too, so that
     the plan kept is the plan for that owner's number of threads: with it bound, one
-    plan would serve a user with five threads and one with 200,000. The texts are
-    per owner and page; the connection's statement caches keep the recent ones and
-    drop the others, which then cost what a search cost before (a plan per execution).
+    plan would serve a user with five threads and one with 200,000. Only for searches
+    asked again and again (:func:`_repeated`): the texts are per owner and page.
     """
     sql, names = _page_sql(shape, deep)
     values = {"owner": owner, "limit": limit, "offset": offset}
@@ -649,6 +650,35 @@ def _generic(shape: _Shape) -> bool:
     of one owner half of which carry the value, the generic plan read them all through
     the metadata index and sorted them (94 ms against 66). Nor with ids (how many)."""
     return not shape.metadata and not shape.ids
+
+
+REPEATS_WRITTEN_IN = 3
+"""How many times a process must be asked the same search (shape, owner, limit and
+offset) among its last :data:`SEARCHES_COUNTED` before its statement is written in."""
+SEARCHES_COUNTED = 32
+
+_asked: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+_asked_lock = threading.Lock()
+
+
+def _repeated(key: tuple[Any, ...]) -> bool:
+    """Whether the search ``key`` was asked :data:`REPEATS_WRITTEN_IN` times among the
+    last :data:`SEARCHES_COUNTED` different searches, counting this one.
+
+    A written-in statement is a text of its own on every connection, and the
+    connection's caches are shared with every other hot statement (the run path's
+    among them: 64 cursors, 100 prepared statements): a text per owner and page for
+    every search would push those out on a server with many users paging. Only a
+    search asked again and again (a page polled, a list reloaded) gets its own text
+    and keeps its plan, at most :data:`SEARCHES_COUNTED` of them; any other takes the
+    one bound text of its shape and a plan per execution, as before.
+    """
+    with _asked_lock:
+        count = _asked.pop(key, 0) + 1
+        _asked[key] = count
+        if len(_asked) > SEARCHES_COUNTED:
+            _asked.popitem(last=False)
+    return count >= REPEATS_WRITTEN_IN
 
 
 _NOT_IDLE = (
@@ -765,10 +795,10 @@ def _pg_search_page(
     params.update(limit=limit, offset=offset, window=(offset + limit) * WINDOW_PER_ROW)
     while True:
         deep = not shape.window and offset >= DEEP_OFFSET
-        if _generic(shape):
-            # An integer key is written in; any other (a custom user model's) is bound.
-            owner = params.get("owner")
-            owner = owner if type(owner) is int else None
+        # An integer key is written in; any other (a custom user model's) is bound.
+        owner = params.get("owner")
+        owner = owner if type(owner) is int else None
+        if _generic(shape) and _repeated((shape, deep, owner, limit, offset)):
             sql, names = _written_in(shape, deep, owner, limit, offset)
         else:
             sql, names = _page_sql(shape, deep)

@@ -381,10 +381,13 @@ def test_every_search_shape_answers_as_the_orm_does(
     windows = [(None, 0), (3, 0), (3, 5), (2, 2), (5, 40)]
     # The metadata window as it is, then one row per row wanted: most windows then end
     # before the matches do, and both paths fall back to the metadata index. The second
-    # time, every page at an offset walks the list for ids first (DEEP_OFFSET).
-    for per_row, deep in ((searching.WINDOW_PER_ROW, searching.DEEP_OFFSET), (1, 1)):
+    # time, every page at an offset walks the list for ids first (DEEP_OFFSET), and
+    # every statement that may is written in from its first search (REPEATS_WRITTEN_IN).
+    passes = ((searching.WINDOW_PER_ROW, searching.DEEP_OFFSET, 1000), (1, 1, 1))
+    for per_row, deep, repeats in passes:
         monkeypatch.setattr(searching, "WINDOW_PER_ROW", per_row)
         monkeypatch.setattr(searching, "DEEP_OFFSET", deep)
+        monkeypatch.setattr(searching, "REPEATS_WRITTEN_IN", repeats)
         _compare_every_shape(callers, filters, windows)
     for who in callers:
         for where in filters:
@@ -441,6 +444,8 @@ def test_a_search_statement_writes_in_an_integer_owner_and_binds_any_other() -> 
 
     shape = searching._Shape(True, "idle", False, (), "created_at", True, False)
     assert searching._generic(shape)
+    key = (shape, False, 7, 20, 40)
+    assert [searching._repeated(key) for _ in range(3)] == [False, False, True]
     sql, names = searching._written_in(shape, False, 7, 20, 40)
     assert names == ["now", "now", "now"]
     assert '"owner_id" = 7 ' in sql and "LIMIT 20 OFFSET 40" in sql

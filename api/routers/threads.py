@@ -33,7 +33,7 @@ from api.schemas import (
     UpdateStateIn,
     UpdateStateOut,
 )
-from api.threads.shapes import THREAD_FIELDS, state_dump, thread_dump
+from api.threads.shapes import THREAD_FIELDS, search_thread_out, state_dump, thread_dump
 from criogen import selectors
 from criogen.engine.errors import InvalidArgument
 
@@ -117,7 +117,7 @@ def _search_threads(who: Principal, payload: ThreadSearchIn) -> tuple[list[dict[
     )
     out = []
     for row, head in found:
-        item = threads.thread_out(row, head=head, load_head=False)
+        item = search_thread_out(row, head)
         if payload.extract:
             item["extracted"] = {k: _extract(item, path) for k, path in payload.extract.items()}
         out.append(_only(item, payload.select))

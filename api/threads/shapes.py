@@ -20,6 +20,7 @@ __all__ = [
     "STATE_FIELDS",
     "THREAD_FIELDS",
     "interrupt_out",
+    "search_thread_out",
     "state_dump",
     "state_out",
     "storage",
@@ -85,6 +86,19 @@ def thread_out(
         "context": {},
         "ttl": _ttl_out(row),
     }
+
+
+def search_thread_out(row: Any, head: Checkpoint | None) -> dict[str, Any]:
+    """:func:`thread_out` of a search page's row (a :class:`Thread` or a
+    :class:`~criogen.selectors.search.ThreadRow`): a row that carries its times' JSON
+    text (``json_times``, written by the database) answers with that text, which
+    :func:`thread_dump` passes on as it is, instead of datetimes to format."""
+    item = thread_out(row, head=head, load_head=False)
+    texts = getattr(row, "json_times", None)
+    if texts is not None:
+        item["created_at"], item["updated_at"] = texts
+        item["state_updated_at"] = texts[1]
+    return item
 
 
 def _ttl_out(row: Thread) -> dict[str, Any] | None:

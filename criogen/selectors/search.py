@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
 from django.conf import settings
@@ -20,6 +23,7 @@ from criogen.selectors.status import THREAD_STATUSES, filter_status, thread_head
 from criogen.selectors.visibility import Who, visible_threads
 from criogen.storage.models import Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
+from criogen.storage.orm.reads import _loads as loads_json
 
 __all__ = [
     "SORT_FIELDS",
@@ -354,13 +358,15 @@ def count_threads(
 class ThreadRow:
     """A thread of a search page, as the PostgreSQL statement returns it: the columns a
     search answers with, and ``rest_status``, under the names a :class:`Thread` row has
-    (so a page's consumer reads either the same way)."""
+    (so a page's consumer reads either the same way); and ``json_times``, its
+    ``created_at`` and ``updated_at`` as the API's JSON writes them (or None)."""
 
     __slots__ = (
         "created_at",
         "expires_at",
         "head_version",
         "id",
+        "json_times",
         "metadata",
         "rest_status",
         "ttl_minutes",
@@ -368,27 +374,37 @@ class ThreadRow:
         "updated_at",
     )
 
-    def __init__(self, values: tuple[Any, ...]) -> None:
+    def __init__(self, values: tuple[Any, ...], *, utc: bool) -> None:
         (
             self.id,
-            self.created_at,
-            self.updated_at,
+            created,
+            updated,
+            created_text,
+            updated_text,
             metadata,
             self.head_version,
             self.ttl_minutes,
             self.ttl_strategy,
             self.expires_at,
             self.rest_status,
-        ) = values[:9]
+        ) = values[:11]
+        # The times come as microseconds since the epoch (exact: EXTRACT gives a
+        # numeric), an addition where Django's timestamptz loader parsed text (~6 µs a
+        # value); their JSON text (DjangoJSONEncoder's) comes written by the database.
+        self.created_at = _EPOCH + timedelta(microseconds=created)
+        self.updated_at = _EPOCH + timedelta(microseconds=updated)
+        self.json_times = (created_text, updated_text) if utc else None
         # Django's psycopg connection reads jsonb as text; JSONField.from_db_value decodes.
-        self.metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
+        self.metadata = loads_json(metadata) if isinstance(metadata, str) else metadata
 
     @property
     def pk(self) -> str:
         return str(self.id)
 
 
-_ROW_COLUMNS = (
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+_PAGE_COLUMNS = (
     "id",
     "created_at",
     "updated_at",
@@ -397,8 +413,41 @@ _ROW_COLUMNS = (
     "ttl_minutes",
     "ttl_strategy",
     "expires_at",
+    "head_status",
+    "lease_id",
+    "lease_expires",
 )
-"""What a page row carries (:class:`ThreadRow`), then the status and the count."""
+"""What the page's rows are read with (the status needs the last three)."""
+
+
+def _micros(column: str) -> str:
+    return f"(EXTRACT(EPOCH FROM {column}) * 1000000)::bigint"
+
+
+def _json_time(column: str) -> str:
+    """``column`` (a timestamptz) as DjangoJSONEncoder writes a UTC datetime: ISO 8601,
+    the microseconds cut to milliseconds (none when they are zero), ``Z``: one
+    ``to_char`` a value (the page's time columns are 4-8 % of its statement's time)."""
+    utc = f"({column} AT TIME ZONE 'UTC')"
+    return (
+        f"CASE WHEN mod(EXTRACT(MICROSECONDS FROM {utc}), 1000000) = 0"
+        f' THEN to_char({utc}, \'YYYY-MM-DD"T"HH24:MI:SS"Z"\')'
+        f' ELSE to_char({utc}, \'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"\') END'
+    )
+
+
+def _row_select(table: str) -> str:
+    """What the statement answers per row (:class:`ThreadRow`), before the status."""
+    created, updated = f'{table}."created_at"', f'{table}."updated_at"'
+    rest = ", ".join(
+        f'{table}."{c}"'
+        for c in ("metadata", "head_version", "ttl_minutes", "ttl_strategy", "expires_at")
+    )
+    return (
+        f'{table}."id", {_micros(created)}, {_micros(updated)},'
+        f" {_json_time(created)}, {_json_time(updated)}, {rest}"
+    )
+
 
 _ACTIVE_SQL = ", ".join(f"'{s}'" for s in ACTIVE_RUN_STATUSES)
 _T = Thread._meta.db_table
@@ -486,8 +535,18 @@ def _where(
     return " AND ".join(parts) or "TRUE", names
 
 
+DEEP_OFFSET = 1000
+"""From this offset on, a page without a metadata window walks the list for the ids of
+its rows only, and reads the rows themselves by id afterwards (:func:`_page_sql`).
+
+Measured on 10,000 threads of one owner (bench/NOTES.md, 2026-12-02): the twenty
+lookups by id cost ~0.02 ms, which the walk for ids saves from ~500 rows on with the
+visibility map set (an index-only scan: 0.26 against 0.57 ms at offset 5,000) and from
+~2,000 rows on without it (each row's visibility read from the table either way)."""
+
+
 @functools.cache
-def _page_sql(shape: _Shape) -> tuple[str, list[str]]:
+def _page_sql(shape: _Shape, deep: bool) -> tuple[str, list[str]]:
     """The statement of a search page of ``shape``, and its parameters' names.
 
     Its rows: the page's threads in order, each with its status, then the count
@@ -497,10 +556,15 @@ def _page_sql(shape: _Shape) -> tuple[str, list[str]]:
     filters, :func:`_page_from_window`), the page comes from the first ``window`` rows
     of the unfiltered list, and the count is NULL when those did not fill it (the caller
     then asks without the window).
+
+    ``deep`` (from :data:`DEEP_OFFSET` on, no window): the list is walked for ids only
+    (an index-only scan of the owner's list index where the visibility map allows), and
+    only the page's rows are read whole, where the rows skipped were read whole too,
+    their metadata and all.
     """
     direction = "DESC" if shape.descending else "ASC"
     order = f'"{shape.field}" {direction}, "id" {direction}'
-    cols = ", ".join(f'"{c}"' for c in (*_ROW_COLUMNS, "head_status", "lease_id", "lease_expires"))
+    cols = ", ".join(f'"{c}"' for c in _PAGE_COLUMNS)
     where, names = _where(shape, "t")
     counted, count_names = _count(shape)
     if shape.window:
@@ -517,24 +581,105 @@ def _page_sql(shape: _Shape) -> tuple[str, list[str]]:
         short = "n.n < %s THEN NULL"
         short_names: list[str] = ["limit"]
     else:
-        page = (
-            f'SELECT {cols} FROM "{_T}" t WHERE {where}'  # noqa: S608
-            f" ORDER BY {order} LIMIT %s OFFSET %s"
-        )
+        if deep:
+            keys = ", ".join(dict.fromkeys((f't."{shape.field}"', 't."id"')))
+            whole = ", ".join(f'd."{c}"' for c in _PAGE_COLUMNS)
+            page = (
+                f'SELECT {whole} FROM (SELECT {keys} FROM "{_T}" t WHERE {where}'  # noqa: S608
+                f' ORDER BY {order} LIMIT %s OFFSET %s) k JOIN "{_T}" d ON d."id" = k."id"'
+            )
+        else:
+            page = (
+                f'SELECT {cols} FROM "{_T}" t WHERE {where}'  # noqa: S608
+                f" ORDER BY {order} LIMIT %s OFFSET %s"
+            )
         page_names = [*names, "limit", "offset"]
         # A short page ends the list, unless it is empty past the end (then count).
         short = "n.n < %s AND (n.n > 0 OR %s = 0) THEN %s + n.n"
         short_names = ["limit", "offset", "offset"]
-    selected = ", ".join(f'p."{c}"' for c in _ROW_COLUMNS)
     sql = (
         f"WITH page AS ({page}), n AS (SELECT count(*) AS n FROM page)"  # noqa: S608
-        f" SELECT {selected},"
+        f" SELECT {_row_select('p')},"
         f" {_status_case('p')},"
         f" CASE WHEN {short}"
         f" ELSE {counted} END"
         f" FROM n LEFT JOIN page p ON TRUE ORDER BY p.{order.replace(', ', ', p.')}"
     )
     return sql, [*page_names, "now", *short_names, *count_names]
+
+
+_WRITTEN_IN = ("owner", "limit", "offset")
+"""The parameters :func:`_written_in` writes into a statement's text."""
+
+
+@functools.lru_cache(maxsize=256)
+def _written_in(
+    shape: _Shape, deep: bool, owner: int | None, limit: int, offset: int
+) -> tuple[str, list[str]]:
+    """:func:`_page_sql` with the owner, the limit and the offset written into its text
+    rather than bound, and the names of the parameters left to bind: for the shapes
+    without a metadata or ids filter (:func:`_generic`).
+
+    Bound, a LIMIT and OFFSET make PostgreSQL plan each execution anew: its estimate for
+    an unknown limit makes the generic plan look dearer than the custom ones, so every
+    search paid its planning (0.15-0.5 ms on 10,000 threads). Written in, the statement
+    keeps a generic plan after five executions. The owner is written in too, so that
+    the plan kept is the plan for that owner's number of threads: with it bound, one
+    plan would serve a user with five threads and one with 200,000. Only for searches
+    asked again and again (:func:`_repeated`): the texts are per owner and page.
+    """
+    sql, names = _page_sql(shape, deep)
+    values = {"owner": owner, "limit": limit, "offset": offset}
+    parts = sql.split("%s")
+    out, kept = [parts[0]], []
+    for name, part in zip(names, parts[1:], strict=True):
+        value = values.get(name)
+        if name in _WRITTEN_IN and value is not None:
+            out.append(str(int(value)))
+        else:
+            out.append("%s")
+            kept.append(name)
+        out.append(part)
+    return "".join(out), kept
+
+
+def _generic(shape: _Shape) -> bool:
+    """Whether the statement of ``shape`` may keep a generic plan (:func:`_written_in`).
+
+    Not with a metadata filter: a generic plan cannot see how common the value is,
+    where a custom one estimates it from the column's statistics; on 200,000 threads
+    of one owner half of which carry the value, the generic plan read them all through
+    the metadata index and sorted them (94 ms against 66). Nor with ids (how many)."""
+    return not shape.metadata and not shape.ids
+
+
+REPEATS_WRITTEN_IN = 3
+"""How many times a process must be asked the same search (shape, owner, limit and
+offset) among its last :data:`SEARCHES_COUNTED` before its statement is written in."""
+SEARCHES_COUNTED = 32
+
+_asked: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+_asked_lock = threading.Lock()
+
+
+def _repeated(key: tuple[Any, ...]) -> bool:
+    """Whether the search ``key`` was asked :data:`REPEATS_WRITTEN_IN` times among the
+    last :data:`SEARCHES_COUNTED` different searches, counting this one.
+
+    A written-in statement is a text of its own on every connection, and the
+    connection's caches are shared with every other hot statement (the run path's
+    among them: 64 cursors, 100 prepared statements): a text per owner and page for
+    every search would push those out on a server with many users paging. Only a
+    search asked again and again (a page polled, a list reloaded) gets its own text
+    and keeps its plan, at most :data:`SEARCHES_COUNTED` of them; any other takes the
+    one bound text of its shape and a plan per execution, as before.
+    """
+    with _asked_lock:
+        count = _asked.pop(key, 0) + 1
+        _asked[key] = count
+        if len(_asked) > SEARCHES_COUNTED:
+            _asked.popitem(last=False)
+    return count >= REPEATS_WRITTEN_IN
 
 
 _NOT_IDLE = (
@@ -645,16 +790,26 @@ def _pg_search_page(
     if found is None:
         return None
     shape, params = found
+    # The JSON text of the times is DjangoJSONEncoder's for UTC datetimes: what the
+    # connection's times are with USE_TZ and the database's TIME_ZONE left as UTC.
+    utc = bool(settings.USE_TZ) and connections[db].timezone_name == "UTC"
     params.update(limit=limit, offset=offset, window=(offset + limit) * WINDOW_PER_ROW)
     while True:
-        sql, names = _page_sql(shape)
+        deep = not shape.window and offset >= DEEP_OFFSET
+        # An integer key is written in; any other (a custom user model's) is bound.
+        owner = params.get("owner")
+        owner = owner if type(owner) is int else None
+        if _generic(shape) and _repeated((shape, deep, owner, limit, offset)):
+            sql, names = _written_in(shape, deep, owner, limit, offset)
+        else:
+            sql, names = _page_sql(shape, deep)
         rows = pg_run(db, sql, [params[name] for name in names], fetch=True)
         total = rows[0][-1]
         if total is not None:
             break
         # The window held fewer matches than the page: ask the metadata index.
         shape = replace(shape, window=False)
-    page = [ThreadRow(row) for row in rows if row[0] is not None]
+    page = [ThreadRow(row, utc=utc) for row in rows if row[0] is not None]
     return page, int(total)
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.core.serializers.json import DjangoJSONEncoder
 
 from criogen import START, Workflow
 from criogen.engine.errors import ThreadNotFound
@@ -339,6 +341,10 @@ def test_every_search_shape_answers_as_the_orm_does(
         ("suspended", "pending", False, {"team": "a"}),
         ("completed", "success", False, {}),
     ]
+    # Times the JSON text writes differently: whole seconds (no fraction), a fraction
+    # under a millisecond (".000"), one just under the next millisecond (cut, not rounded).
+    base = datetime(2026, 5, 4, 3, 2, 1, tzinfo=UTC)
+    times = [base, base.replace(microsecond=400), base.replace(microsecond=123999)]
     made: list[str] = []
     for i in range(28):
         head_status, run_status, lease, metadata = shapes[i % len(shapes)]
@@ -351,6 +357,9 @@ def test_every_search_shape_answers_as_the_orm_does(
             lease_id="lease" if lease else None,
             lease_expires=now + 600 if lease else 0,
             ttl_minutes=30 if i % 5 == 0 else None,
+            **(
+                {"created_at": times[i % 3], "updated_at": times[(i + 1) % 3]} if i % 4 == 0 else {}
+            ),
         )
         if run_status:
             add_run(thread, run_status)
@@ -371,9 +380,14 @@ def test_every_search_shape_answers_as_the_orm_does(
     ]
     windows = [(None, 0), (3, 0), (3, 5), (2, 2), (5, 40)]
     # The metadata window as it is, then one row per row wanted: most windows then end
-    # before the matches do, and both paths fall back to the metadata index.
-    for per_row in (searching.WINDOW_PER_ROW, 1):
+    # before the matches do, and both paths fall back to the metadata index. The second
+    # time, every page at an offset walks the list for ids first (DEEP_OFFSET), and
+    # every statement that may is written in from its first search (REPEATS_WRITTEN_IN).
+    passes = ((searching.WINDOW_PER_ROW, searching.DEEP_OFFSET, 1000), (1, 1, 1))
+    for per_row, deep, repeats in passes:
         monkeypatch.setattr(searching, "WINDOW_PER_ROW", per_row)
+        monkeypatch.setattr(searching, "DEEP_OFFSET", deep)
+        monkeypatch.setattr(searching, "REPEATS_WRITTEN_IN", repeats)
         _compare_every_shape(callers, filters, windows)
     for who in callers:
         for where in filters:
@@ -411,3 +425,31 @@ def _compare_every_shape(
         found, total = search_page(who, **search)
         expected, expected_total = _orm_page(who, **search)
         assert (_page_rows(found), total) == (_page_rows(expected), expected_total), search
+        # The times' JSON text, written by the database, is DjangoJSONEncoder's.
+        written = [getattr(row, "json_times", None) for row, _ in found]
+        encoded = [(_encoded(row.created_at), _encoded(row.updated_at)) for row, _ in expected]
+        if sort_by != "status":  # the ORM's path: no text
+            assert written == encoded, search
+
+
+def _encoded(value: datetime) -> str:
+    return str(DjangoJSONEncoder().default(value))
+
+
+def test_a_search_statement_writes_in_an_integer_owner_and_binds_any_other() -> None:
+    """The shapes that keep a generic plan have the owner, the limit and the offset in
+    their text (criogen.selectors.search._written_in); an owner key that is not an
+    integer (a custom user model's) stays a bound parameter, as metadata does."""
+    from criogen.selectors import search as searching
+
+    shape = searching._Shape(True, "idle", False, (), "created_at", True, False)
+    assert searching._generic(shape)
+    key = (shape, False, 7, 20, 40)
+    assert [searching._repeated(key) for _ in range(3)] == [False, False, True]
+    sql, names = searching._written_in(shape, False, 7, 20, 40)
+    assert names == ["now", "now", "now"]
+    assert '"owner_id" = 7 ' in sql and "LIMIT 20 OFFSET 40" in sql
+    sql, names = searching._written_in(shape, True, None, 20, 4000)
+    assert names.count("owner") == 3 and "LIMIT 20 OFFSET 4000" in sql
+    assert sql.count("%s") == len(names)
+    assert not searching._generic(searching._Shape(True, None, False, (True,), "id", True, True))

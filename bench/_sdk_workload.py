@@ -393,6 +393,19 @@ async def measure(
 # -- Criogen as a target ---------------------------------------------------------------
 
 
+def vacuum_analyze(database_url: str, table: str) -> None:
+    """``VACUUM ANALYZE`` of a freshly seeded PostgreSQL table: what autovacuum does a
+    minute after a bulk load on a production server (this machine's PostgreSQL runs
+    with it off). Without statistics the planner takes the 10,000 new rows for a
+    handful and sorts them all for a page of 20; without the visibility map no scan
+    is index-only. Both servers' tables get it (bench/http_compare.py)."""
+    import psycopg
+
+    dsn = database_url.replace("postgres://", "postgresql://", 1)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(f"VACUUM ANALYZE {table}")
+
+
 def criogen_seeder(database_url: str, username: str = "alice") -> Callable[[int], Seeded]:
     """Seeds ``criogen_thread`` rows of ``username`` (SQLite or PostgreSQL) in one batch,
     then gathers the table's statistics (as Aegra's seeder does for its table)."""
@@ -436,10 +449,7 @@ def criogen_seeder(database_url: str, username: str = "alice") -> Callable[[int]
                         " 'delete')",
                         [(tid, meta, owner) for tid, meta in rows],
                     )
-                    # What anyone does after a bulk load, and autovacuum does a minute
-                    # later: without statistics the planner takes the 10,000 new rows
-                    # for a handful and sorts them all for a page of 20.
-                    cur.execute("ANALYZE criogen_thread")
+            vacuum_analyze(database_url, "criogen_thread")
         return Seeded(mark, [tid for tid, _ in rows])
 
     return seed

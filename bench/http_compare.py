@@ -239,7 +239,7 @@ def aegra_seeder(db_name: str) -> Any:
                 " updated_at) VALUES (%s, 'idle', %s, %s, now(), now())",
                 rows,
             )
-            cur.execute("ANALYZE thread")  # as after any bulk load (see criogen_seeder)
+        workload.vacuum_analyze(f"postgresql://postgres@127.0.0.1:5432/{db_name}", "thread")
         return workload.Seeded(mark, [row[0] for row in rows])
 
     return seed

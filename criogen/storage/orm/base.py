@@ -169,7 +169,7 @@ def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
     connection.validate_thread_sharing()
     cur, sql = _hot_cursor(connection, sql)
     if connection.execute_wrappers:
-        wrapped = connection._prepare_cursor(cur)
+        wrapped = connection.make_cursor(cur)  # Django's CursorWrapper (no query log here)
         wrapped.execute(sql, params)
         return wrapped.fetchall() if fetch else wrapped.rowcount
     # What Django's CursorWrapper does around a statement.

@@ -246,8 +246,8 @@ def sqlite_facts(path: str) -> dict[str, Any]:
 class StatementCounter:
     """Counts the SQL a database runs and its commits, in every thread.
 
-    PostgreSQL: statements sent through Django's CursorWrapper (the storage's prepared
-    statements go through it too). SQLite: the storage runs its hot statements on
+    PostgreSQL: statements sent through Django's CursorWrapper, and the storage's
+    prepared statements (``pg_run``, which runs them on psycopg's cursor itself). SQLite: the storage runs its hot statements on
     sqlite3's own cursor, so Django's wrapper does not see them; there the counter
     reads sqlite3's trace of every statement each connection runs, BEGIN and COMMIT
     included. A commit is *durable* when it waits for the disk; lease statements
@@ -325,8 +325,27 @@ class StatementCounter:
         orig_ensure = BaseDatabaseWrapper.ensure_connection
         traced: list[Any] = []
 
+        import criogen.storage.orm.base as orm_base
+
+        orig_pg_run = orm_base.pg_run
+        inside = threading.local()
+
+        def pg_run(alias: str, sql: str, params: Any, *, fetch: bool) -> Any:
+            # The storage's prepared statements run on psycopg's cursor itself, past
+            # Django's CursorWrapper: count them here (and not again if pg_run falls
+            # back to Django's cursor).
+            from django.db import connections
+
+            counter._count_pg("execute", sql, connections[alias])
+            inside.on = True
+            try:
+                return orig_pg_run(alias, sql, params, fetch=fetch)
+            finally:
+                inside.on = False
+
         def execute(self: Any, sql: str, params: Any = None) -> Any:
-            counter._count_pg("execute", sql, self.db)
+            if not getattr(inside, "on", False):
+                counter._count_pg("execute", sql, self.db)
             return orig_execute(self, sql, params)
 
         def executemany(self: Any, sql: str, param_list: Any) -> Any:
@@ -350,12 +369,14 @@ class StatementCounter:
         if vendor == "sqlite":
             BaseDatabaseWrapper.ensure_connection = ensure_connection  # type: ignore[method-assign]
         else:
+            orm_base.pg_run = pg_run
             CursorWrapper.execute = execute  # type: ignore[method-assign]
             CursorWrapper.executemany = executemany  # type: ignore[method-assign]
             BaseDatabaseWrapper.commit = commit  # type: ignore[method-assign]
         try:
             yield self
         finally:
+            orm_base.pg_run = orig_pg_run
             CursorWrapper.execute = orig_execute  # type: ignore[method-assign]
             CursorWrapper.executemany = orig_many  # type: ignore[method-assign]
             BaseDatabaseWrapper.commit = orig_commit  # type: ignore[method-assign]

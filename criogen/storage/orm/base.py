@@ -141,16 +141,20 @@ def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
     Django's psycopg backend binds parameters client-side and never prepares; on the
     checkpoint path, quoting parameters and planning the statement were most of the
     client's and much of the server's time. This runs the statement on Django's own
-    connection (its transactions, thread checks, error translation and query
-    logging still apply) through a server-binding psycopg cursor that prepares:
+    connection (its transactions, thread check, broken-transaction check and error
+    translation still apply) through a server-binding psycopg cursor that prepares:
     psycopg prepares each statement text once per connection, then sends only the
     parameters. ``OPTIONS={"prepare_threshold": None}`` set explicitly on the
     database (e.g. behind a pooler that cannot keep prepared statements) turns the
     preparing off; so does query logging (``DEBUG``), which needs the SQL text.
 
     Each statement text keeps its cursor on the connection (:func:`_hot_cursor`), so
-    a run's few statements do not build a cursor, its adapters and Django's wrapper
-    every time, and psycopg reuses the parameter dumpers it picked for that text.
+    a run's few statements do not build a cursor and its adapters every time, and
+    psycopg reuses the parameter dumpers it picked for that text. The statement runs
+    on that psycopg cursor itself: Django's ``CursorWrapper`` around it (a call
+    chain and a closure per ``fetchall``) cost as much client CPU as psycopg's own
+    work. With ``execute_wrappers`` installed (``connection.execute_wrapper()``,
+    e.g. a statement counter), the wrapper runs them as for any other statement.
     """
     connection = connections[alias]
     if connection.queries_logged:
@@ -159,12 +163,20 @@ def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
         with connection.cursor() as cur:
             cur.execute(sql, params)
             return cur.fetchall() if fetch else cur.rowcount
-    connection.ensure_connection()
+    if connection.connection is None:
+        connection.ensure_connection()
     # What Django checks whenever it makes a cursor: this thread may use the connection.
     connection.validate_thread_sharing()
     cur, sql = _hot_cursor(connection, sql)
-    cur.execute(sql, params)
-    return cur.fetchall() if fetch else cur.rowcount
+    if connection.execute_wrappers:
+        wrapped = connection.make_cursor(cur)  # Django's CursorWrapper (no query log here)
+        wrapped.execute(sql, params)
+        return wrapped.fetchall() if fetch else wrapped.rowcount
+    # What Django's CursorWrapper does around a statement.
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors:
+        cur.execute(sql, params)
+        return cur.fetchall() if fetch else cur.rowcount
 
 
 _HOT_CURSORS = 64
@@ -172,8 +184,8 @@ _HOT_CURSORS = 64
 
 
 def _hot_cursor(connection: Any, sql: str) -> tuple[Any, str]:
-    """The cursor kept for ``sql`` on ``connection`` (Django's wrapper around a
-    preparing psycopg cursor), and the text as first stored.
+    """The cursor kept for ``sql`` on ``connection`` (a preparing psycopg cursor), and
+    the text as first stored.
 
     psycopg keeps a cursor's parameter dumpers while it runs the identical text
     object again, hence the stored text. The cursors belong to the connection they
@@ -185,15 +197,13 @@ def _hot_cursor(connection: Any, sql: str) -> tuple[Any, str]:
         kept = connection.__dict__["_criogen_cursors"] = (raw, {})
     cursors: dict[str, tuple[Any, str]] = kept[1]
     hit = cursors.get(sql)
-    if hit is not None and not hit[0].cursor.closed:
+    if hit is not None and not hit[0].closed:
         return hit
     with connection.wrap_database_errors:
-        raw_cursor = _server_cursor(connection)
-    # Django wraps a raw cursor as its own (CursorWrapper), as connection.cursor() does.
-    cursor = connection._prepare_cursor(raw_cursor)
+        cursor = _server_cursor(connection)
     if len(cursors) >= _HOT_CURSORS:
         for old, _ in cursors.values():
-            old.cursor.close()
+            old.close()
         cursors.clear()
     cursors[sql] = hit = (cursor, sql)
     return hit

@@ -60,6 +60,20 @@ def _relaxed_pg(sql: str) -> str:
     )
 
 
+_RESTORE_SYNCHRONOUS = {level: f"PRAGMA synchronous = {level}" for level in (2, 3)}
+
+
+def _synchronous(connection: Any, raw: Any) -> int:
+    """SQLite's ``synchronous`` level of ``raw`` (Django's sqlite3 connection), read once
+    per connection: only the connection's ``init_command`` sets it, and a lease puts
+    it back as it found it. (Reading it was a statement per lease.)"""
+    kept = connection.__dict__.get("_criogen_synchronous")
+    if kept is None or kept[0] is not raw:
+        (level,) = raw.execute("PRAGMA synchronous").fetchone()
+        kept = connection.__dict__["_criogen_synchronous"] = (raw, int(level))
+    return int(kept[1])
+
+
 class OrmLeases(OrmBase):
     """One run per thread: take, renew and give back a thread's lease."""
 
@@ -117,14 +131,14 @@ class OrmLeases(OrmBase):
                 # row has been read.
                 return cur.fetchall()
         with connection.wrap_database_errors:
-            (level,) = raw.execute("PRAGMA synchronous").fetchone()
+            level = _synchronous(connection, raw)
             if level > 1:  # FULL or EXTRA: in WAL mode NORMAL skips this commit's fsync
                 raw.execute("PRAGMA synchronous = NORMAL")
             try:
                 return raw.execute(_qmark(sql), params).fetchall()
             finally:
                 if level > 1:
-                    raw.execute(f"PRAGMA synchronous = {int(level)}")
+                    raw.execute(_RESTORE_SYNCHRONOUS[level])
 
     def thread_info(self, thread_id: str) -> ThreadInfo | None:
         with self._cursor() as cur:

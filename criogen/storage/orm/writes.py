@@ -28,7 +28,7 @@ from criogen.engine.store import (
     value_rows_for,
 )
 from criogen.storage.orm.audit import OrmAudit
-from criogen.storage.orm.base import _SqliteCursor
+from criogen.storage.orm.base import _qmark
 
 __all__ = ["OrmWrites"]
 
@@ -164,10 +164,11 @@ class OrmWrites(OrmAudit):
         """
         refused: tuple[str, int] | None = None
         raw = None if connection.queries_logged else connection.connection
-        with (
-            connection.wrap_database_errors,
-            _SqliteCursor(raw.cursor()) if raw is not None else self._cursor() as cur,
-        ):
+        if raw is not None:
+            self._write_sqlite_raw(connection, raw, by_thread, lease_id, release, audit)
+            return
+        # Query logging on (DEBUG, a query capture): Django's cursor, which logs.
+        with connection.wrap_database_errors, self._cursor() as cur:
             cur.execute("BEGIN IMMEDIATE")
             try:
                 for thread_id, group in by_thread.items():
@@ -184,6 +185,80 @@ class OrmWrites(OrmAudit):
             cur.execute("ROLLBACK" if refused else "COMMIT")
         if refused is not None:
             self._refused(*refused, lease_id)
+
+    def _write_sqlite_raw(
+        self,
+        connection: Any,
+        raw: Any,
+        by_thread: dict[str, list[CheckpointWrite]],
+        lease_id: str | None,
+        release: bool,
+        audit: AuditRecord | None,
+    ) -> None:
+        """:meth:`_write_sqlite` on sqlite3's own cursor: the same statements, their
+        ``?`` texts built once per shape (no placeholder rewriting per statement)."""
+        refused: tuple[str, int] | None = None
+        with connection.wrap_database_errors:
+            cur = raw.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    for thread_id, group in by_thread.items():
+                        if not self._write_rows_sqlite(cur, thread_id, group, lease_id, release):
+                            refused = (thread_id, group[0].after)
+                            break
+                    if audit is not None and refused is None:
+                        row = self._audit_row(audit)
+                        cur.execute(_sqlite_values_sql(_AUDIT_INSERT + " VALUES ", 8, 1), row)
+                except BaseException:
+                    # SQLite rolls some failures back by itself: only end a live one.
+                    if raw.in_transaction:
+                        cur.execute("ROLLBACK")
+                    raise
+                cur.execute("ROLLBACK" if refused else "COMMIT")
+            finally:
+                cur.close()
+        if refused is not None:
+            self._refused(*refused, lease_id)
+
+    def _write_rows_sqlite(
+        self,
+        cur: Any,
+        thread_id: str,
+        group: Sequence[CheckpointWrite],
+        lease_id: str | None,
+        release: bool,
+    ) -> bool:
+        """:meth:`_write_sql` on a raw sqlite3 cursor (``?`` placeholders)."""
+        db_time = self._db_time
+        last = group[-1].checkpoint
+        if len(group) == 1:
+            created = db_time(last.created_at)
+            checkpoints = self._checkpoint_row(last, created)
+        else:
+            created = ""
+            checkpoints = []
+            for w in group:
+                created = db_time(w.checkpoint.created_at)
+                checkpoints += self._checkpoint_row(w.checkpoint, created)
+        cur.execute(
+            _SQLITE_RELEASING_HEAD_UPDATE if release else _SQLITE_HEAD_UPDATE,
+            (
+                last.version,
+                last.id,
+                last.status,
+                created,
+                thread_id,
+                group[0].after,
+                lease_id,
+                lease_id,
+            ),
+        )
+        if cur.rowcount != 1:
+            return False
+        _insert_flat_sqlite(cur, _CHECKPOINT_INSERT, 9, checkpoints)
+        _insert_flat_sqlite(cur, _VALUE_INSERT + " VALUES ", 6, self._value_params(group))
+        return True
 
     def _write_groups(
         self,
@@ -406,6 +481,28 @@ def _values_sql(head: str, width: int, rows: int) -> str:
     placeholders are added to the SQL text)."""
     row = "(" + ", ".join(["%s"] * width) + ")"
     return head + ", ".join([row] * rows)
+
+
+_SQLITE_HEAD_UPDATE = _qmark(_HEAD_UPDATE)
+_SQLITE_RELEASING_HEAD_UPDATE = _qmark(_RELEASING_HEAD_UPDATE)
+
+
+def _insert_flat_sqlite(cur: Any, head: str, width: int, params: Sequence[Any]) -> None:
+    """:func:`_insert_flat` on a raw sqlite3 cursor."""
+    if len(params) <= _INSERT_CHUNK * width:
+        if params:
+            cur.execute(_sqlite_values_sql(head, width, len(params) // width), params)
+        return
+    step = _INSERT_CHUNK * width
+    for start in range(0, len(params), step):
+        chunk = params[start : start + step]
+        cur.execute(_sqlite_values_sql(head, width, len(chunk) // width), chunk)
+
+
+@functools.lru_cache(maxsize=256)
+def _sqlite_values_sql(head: str, width: int, rows: int) -> str:
+    """:func:`_values_sql` with sqlite3's ``?`` placeholders."""
+    return _qmark(_values_sql(head, width, rows))
 
 
 def _by_thread(writes: Sequence[CheckpointWrite]) -> dict[str, list[CheckpointWrite]]:

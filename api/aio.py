@@ -52,8 +52,10 @@ __all__ = [
     "db_ahead",
     "max_age",
     "plan_ahead",
+    "pool",
     "pool_size",
     "run_ahead",
+    "run_job",
     "wait_for_run",
 ]
 
@@ -66,6 +68,12 @@ _executor_lock = threading.Lock()
 def pool_size() -> int:
     """How many threads (and so database connections) the API's pool has."""
     return max(1, int(getattr(settings, "CRIOGEN_API_THREADS", 8)))
+
+
+def pool() -> ThreadPoolExecutor:
+    """The API's pool of database threads (for ``loop.run_in_executor`` with
+    :func:`run_job`)."""
+    return _pool()
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -99,6 +107,12 @@ def _job(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) ->
                 # (which, at 0, would close it after every job).
                 age = max_age()
                 conn.close_at = None if age is None else time.monotonic() + age
+
+
+def run_job(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
+    """``fn(*args, **kwargs)`` with the connection bookkeeping of every job of the pool;
+    call it on a pool thread."""
+    return _job(fn, args, kwargs)
 
 
 _hop: tuple[ThreadPoolExecutor, Callable[..., Any], Callable[..., Any]] | None = None

@@ -1,5 +1,8 @@
 """A hot read made in the token check's thread hop (api.aio.plan_ahead): the same
-answers and errors as the endpoint's own job, in one hop instead of two."""
+answers and errors as the endpoint's own job, in one hop instead of two.
+
+The requests go to the API's handler itself: through the site's application, the
+SDK's ``get_state`` and ``get_history`` are answered by api.hot (tests/api/test_hot_reads.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import pytest
 from django.db import connections
 
 from api import aio
-from criogen.asgi import application
+from criogen.asgi import api_asgi_app
 from criogen.services.tokens import issue_token
 from criogen.storage.models import Thread
 
@@ -52,7 +55,7 @@ async def _call(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await application(scope, receive, send)
+    await api_asgi_app(scope, receive, send)
     return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
 
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from criogen.storage.models import Run
 
 __all__ = [
+    "AHEAD_SCOPE_KEY",
     "db",
     "db_ahead",
     "max_age",
@@ -152,6 +153,12 @@ async def db(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 Plan = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 """``(fn, args, kwargs)``: a call :func:`db` would make."""
 
+AHEAD_SCOPE_KEY = "criogen.ahead"
+"""The ASGI scope's key for a call already made and its outcome, ``(plan, (ok,
+value))``: :mod:`api.hot` hands a create it made to the API's handler this way when it
+does not answer itself, so that the endpoint raises its error instead of creating
+again."""
+
 _plans: dict[tuple[str, str], Callable[[HttpRequest, Any], Plan | None]] = {}
 _AHEAD = "_criogen_ahead"
 
@@ -196,8 +203,13 @@ def run_ahead(request: HttpRequest, who: Any) -> None:
 
 async def db_ahead(request: HttpRequest, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``await db(fn, *args, **kwargs)``, or the answer of that very call if the
-    request's token check already made it (:func:`run_ahead`)."""
+    request's token check already made it (:func:`run_ahead`), or :mod:`api.hot` did
+    (:data:`AHEAD_SCOPE_KEY`)."""
     ahead = request.__dict__.pop(_AHEAD, None)
+    if ahead is None:
+        scope = getattr(request, "scope", None)
+        if isinstance(scope, dict):
+            ahead = scope.pop(AHEAD_SCOPE_KEY, None)
     if ahead is not None:
         (planned_fn, planned_args, planned_kwargs), (ok, value) = ahead
         if planned_fn is fn and planned_args == args and planned_kwargs == kwargs:

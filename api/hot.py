@@ -1,16 +1,17 @@
-"""The two reads every integration polls, answered without Django's request cycle.
+"""The requests every integration makes most, answered without Django's request cycle.
 
-``GET /threads/{id}/state`` (no query but ``subgraphs``) and ``POST /threads/{id}/history`` with a body of
-``limit`` alone are what ``langgraph_sdk``'s ``get_state`` and ``get_history`` send.
-Through Django's handler, the API's middleware, django-ninja and asgiref's thread hop,
-each cost about 1 ms of the event loop's CPU for a read of a few hundred microseconds
-(bench/NOTES.md, "The hot reads without Django's request cycle"). :func:`serve` answers
-them in one job on the API's database threads (the token, the read and the JSON) and
-writes the response itself, with the headers the middleware chain writes on a 200.
+``GET /threads/{id}/state`` (no query but ``subgraphs``), ``POST /threads/{id}/history``
+with a body of ``limit`` alone and ``POST /threads`` without ``supersteps`` are what
+``langgraph_sdk``'s ``get_state``, ``get_history`` and ``threads.create`` send. Through
+Django's handler, the API's middleware, django-ninja and two of asgiref's thread hops
+(the token, then the endpoint's job), each cost about 1 ms of the event loop's CPU for
+database work of a few hundred microseconds (bench/NOTES.md, "The hot requests without
+Django's request cycle"). :func:`serve` answers them in one job on the API's database
+threads (the lockout, the token, the read or the create, the JSON) and writes the
+response itself, with the headers the middleware chain writes on a 200.
 
 It only answers what the general path would answer ``200`` the same way, and hands every
-other request to the general path (:func:`criogen.asgi.http_app`) untouched, its body
-replayed:
+other request to the general path (the API's handler) untouched, its body replayed:
 
 - a request the chain could refuse or redirect before the view: a host not in
   ``ALLOWED_HOSTS``, ``SECURE_SSL_REDIRECT`` on plain HTTP, ``PREPEND_WWW``,
@@ -19,17 +20,24 @@ replayed:
 - a site whose API middleware chain is not :data:`CHAIN` (the headers below are that
   chain's), or with ``CRIOGEN_AUTH_ENABLED`` off, or with async receivers of the
   request signals;
-- a token in both headers or none, a token that is not valid (counted as a failure by
-  the general path, once), and any read that raises (a 404, a 422): the general path
-  makes the read again and answers with its own error;
-- a history body with any other field than ``limit`` set, or a ``limit`` not an integer.
+- a token in both headers or none, or not valid (counted as a failure by the general
+  path, once), and a read that raises (a 404, a 422): the general path makes the read
+  again and answers with its own error;
+- a body the endpoint would refuse or read differently: a history body with another
+  field than ``limit`` set or a ``limit`` not an integer; a create body that
+  django-ninja's parser or ``ThreadCreateIn`` refuses, or with ``supersteps``.
+
+A create is a write, so it is never made twice: when the create raised (a 409, a 422)
+or its answer could not be written here, the general path gets the call and its outcome
+with the request (:data:`api.aio.AHEAD_SCOPE_KEY`) and its endpoint raises that error,
+or answers that thread, instead of creating again.
 
 The headers of a 200 are computed by the chain's own response hooks (Django's
 ``SecurityMiddleware``, ``XFrameOptionsMiddleware``, ``CommonMiddleware`` and
 :class:`api.middleware.CorsMiddleware`) on an empty response, once per settings and
 scheme, and reused with the body's length; ``request_started`` and ``request_finished``
-are sent as :class:`criogen.asgi.ApiHandler` sends them. A test compares the two paths'
-statuses, headers and bodies (tests/api/test_hot_reads.py).
+are sent as :class:`criogen.asgi.ApiHandler` sends them. Tests compare the two paths'
+statuses, headers and bodies, and count the creates (tests/api/test_hot_reads.py).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from django.conf import settings
@@ -50,8 +58,10 @@ from django.middleware import clickjacking, common, security
 from api import aio
 from api.auth import Principal, auth_failures_retry_after
 from api.middleware import CorsMiddleware, api_middleware
+from api.parser import StrictJsonParser
 from api.render import CONTENT_TYPE, dumps
-from api.threads.shapes import state_dump
+from api.schemas import ThreadCreateIn
+from api.threads.shapes import state_dump, thread_dump
 from criogen.services.tokens import authenticate_token
 
 __all__ = ["CHAIN", "match", "serve", "sync_receivers_only"]
@@ -204,10 +214,26 @@ class _Peer:
         self.META = meta
 
 
-def _answer(meta: dict[str, str], token: str, thread_id: str, limit: int | None) -> bytes | None:
+class _Read(NamedTuple):
+    """What a request asks: ``kind`` ``state``, ``history`` (with ``limit``) or
+    ``create`` (with the validated ``payload``)."""
+
+    kind: str
+    thread_id: str = ""
+    limit: int = 10
+    payload: Any = None
+
+
+Ahead = tuple[aio.Plan, tuple[bool, Any]]
+"""A write's call and outcome, for the general path (:func:`api.aio.db_ahead`)."""
+
+
+def _answer(meta: dict[str, str], token: str, asked: _Read, made: list[Ahead]) -> bytes | None:
     """The body of the 200, or None for the general path: the lockout, the token, the
-    read and its JSON, as the general path makes them."""
+    read or the create, and the JSON, as the general path makes them. A create's call
+    and outcome go to ``made`` before anything else can fail."""
     from api import threads
+    from api.routers import threads as thread_routes
 
     if auth_failures_retry_after(_Peer(meta)) is not None:  # type: ignore[arg-type]
         return None
@@ -215,19 +241,38 @@ def _answer(meta: dict[str, str], token: str, thread_id: str, limit: int | None)
     if owner is None:
         return None
     who = Principal(user=owner.user, is_operator=owner.is_operator)
-    if limit is None:
-        return dumps(state_dump(threads.get_state(who, thread_id, select=None)))
-    states = threads.history(
-        who, thread_id, limit=limit, before=None, metadata=None, select=None, at=None
-    )
-    return dumps([state_dump(state) for state in states])
-
-
-def _job(meta: dict[str, str], token: str, thread_id: str, limit: int | None) -> bytes | None:
+    if asked.kind == "state":
+        return dumps(state_dump(threads.get_state(who, asked.thread_id, select=None)))
+    if asked.kind == "history":
+        states = threads.history(
+            who,
+            asked.thread_id,
+            limit=asked.limit,
+            before=None,
+            metadata=None,
+            select=None,
+            at=None,
+        )
+        return dumps([state_dump(state) for state in states])
+    # A write: whatever happens from here, the general path must not make it again; it
+    # takes this outcome instead (its endpoint's db_ahead) if the answer is not sent here.
+    create = thread_routes._create_thread
+    plan: aio.Plan = (create, (who, asked.payload), {})
     try:
-        return aio.run_job(_answer, (meta, token, thread_id, limit), {})
-    except Exception:  # noqa: BLE001 - the general path answers, with its own error
+        made.append((plan, (True, create(who, asked.payload))))
+    except Exception as exc:  # noqa: BLE001 - raised by the endpoint, where it raised it
+        made.append((plan, (False, exc)))
         return None
+    return dumps(thread_dump(made[0][1][1], unset=False))
+
+
+def _job(meta: dict[str, str], token: str, asked: _Read) -> tuple[bytes | None, Ahead | None]:
+    made: list[Ahead] = []
+    try:
+        body = aio.run_job(_answer, (meta, token, asked, made), {})
+    except Exception:  # noqa: BLE001 - the general path answers, with its own error
+        body = None
+    return body, (made[0] if made else None)
 
 
 # -- the ASGI side -------------------------------------------------------------------------
@@ -261,6 +306,31 @@ def _limit(body: bytes, meta: dict[str, str]) -> int | None:
     return limit if type(limit) is int else None
 
 
+_CREATE_FIELDS = frozenset({"thread_id", "metadata", "if_exists", "ttl"})
+"""The fields of a create answered here (``supersteps`` go the general way)."""
+
+
+class _Body:
+    """What :class:`api.parser.StrictJsonParser` reads of a request."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+
+def _create_payload(body: bytes, meta: dict[str, str]) -> Any:
+    """The body of a create as django-ninja reads and validates it, or None (nothing
+    is written for a body that would be refused)."""
+    if not meta.get("CONTENT_TYPE", "").startswith("application/json"):
+        return None
+    try:
+        data = StrictJsonParser().parse_body(_Body(body))  # type: ignore[arg-type]
+        if not isinstance(data, dict) or not set(data) <= _CREATE_FIELDS:
+            return None
+        return ThreadCreateIn.model_validate(data)
+    except Exception:  # noqa: BLE001 - the general path refuses it with its own 4xx
+        return None
+
+
 _STATE_QUERIES = (b"", b"subgraphs=false", b"subgraphs=true")
 """The queries of ``get_state`` answered here: none, or the ``subgraphs`` flag the SDK
 always sends (the endpoint validates it and reads nothing else from it)."""
@@ -271,10 +341,12 @@ def match(scope: Scope) -> bool:
     method = scope.get("method")
     if method not in ("GET", "POST") or scope.get("root_path"):
         return False
+    query = scope.get("query_string", b"")
+    if scope.get("path") == "/threads":
+        return method == "POST" and not query
     found = _PATH.fullmatch(scope.get("path", ""))
     if found is None:
         return False
-    query = scope.get("query_string", b"")
     if method == "GET":
         return found.group(2) == "state" and query in _STATE_QUERIES
     return found.group(2) == "history" and not query
@@ -295,9 +367,11 @@ async def serve(
         if not message.get("more_body", False):
             break
     sender = type(general)
-    answer = await _try(scope, body, sender)
+    answer, ahead = await _try(scope, body, sender)
     if answer is None:
         _served["general"] += 1
+        if ahead is not None:  # a create was made: its outcome, not a second create
+            scope = {**scope, aio.AHEAD_SCOPE_KEY: ahead}
         await general(scope, _replay(body, receive), send)
         return
     _served["hot"] += 1
@@ -319,46 +393,56 @@ def sync_receivers_only(signal: Signal, sender: type) -> bool:
     return not async_receivers
 
 
-async def _try(
-    scope: Scope, body: bytes, sender: type
-) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
-    """The headers and body of the 200, or None for the general path."""
-    if not _site_ok():
-        return None
+Answer = tuple[list[tuple[bytes, bytes]], bytes]
+
+
+async def _try(scope: Scope, body: bytes, sender: type) -> tuple[Answer | None, Ahead | None]:
+    """The headers and body of the 200, or None for the general path (with a create's
+    outcome when one was made)."""
+    meta = _meta(scope.get("headers", []))
+    if meta is None or not _site_ok():
+        return None, None
     if not (
         sync_receivers_only(signals.request_started, sender)
         and sync_receivers_only(signals.request_finished, sender)
     ):
-        return None
-    meta = _meta(scope.get("headers", []))
-    if meta is None or "HTTP_ORIGIN" in meta or not _host_allowed(meta):
-        return None
+        return None, None
+    if "HTTP_ORIGIN" in meta or not _host_allowed(meta):
+        return None, None
     secure = _secure(scope, meta)
     if settings.SECURE_SSL_REDIRECT and not secure:
-        return None
+        return None, None
     declared = meta.get("CONTENT_LENGTH", "")
     if declared and not declared.isdigit():
-        return None
+        return None, None
     limit_bytes = _max_body()
     if len(body) > limit_bytes or (declared and int(declared) > limit_bytes):
-        return None
+        return None, None
     token = _token(meta)
-    if token is None:
-        return None
-    path = scope["path"]
-    thread_id = path[len("/threads/") : path.rindex("/")]
-    limit = None
-    if scope["method"] == "POST":
-        limit = _limit(body, meta)
-        if limit is None:
-            return None
+    asked = _asked(scope, body, meta)
+    if token is None or asked is None:
+        return None, None
     if client := scope.get("client"):
         meta["REMOTE_ADDR"] = str(client[0])
     loop = asyncio.get_running_loop()
-    content = await loop.run_in_executor(aio.pool(), _job, meta, token, thread_id, limit)
+    content, ahead = await loop.run_in_executor(aio.pool(), _job, meta, token, asked)
     if content is None:
-        return None
-    return _response_headers(secure, len(content)), content
+        return None, ahead
+    return (_response_headers(secure, len(content)), content), None
+
+
+def _asked(scope: Scope, body: bytes, meta: dict[str, str]) -> _Read | None:
+    """What a request :func:`match` accepted asks, or None when its body is not one
+    answered here."""
+    path = scope["path"]
+    if path == "/threads":
+        payload = _create_payload(body, meta)
+        return None if payload is None else _Read("create", payload=payload)
+    thread_id = path[len("/threads/") : path.rindex("/")]
+    if scope["method"] == "GET":
+        return _Read("state", thread_id)
+    limit = _limit(body, meta)
+    return None if limit is None else _Read("history", thread_id, limit)
 
 
 def _max_body() -> int:

@@ -1,7 +1,8 @@
 """ASGI entry point: HTTP through Django; WebSockets through Channels.
 
-``langgraph_sdk``'s ``get_state`` and ``get_history`` are answered by :mod:`api.hot`
-when it can answer them as the API's handler would (else they go that way too).
+``langgraph_sdk``'s ``get_state``, ``get_history`` and ``threads.create`` are answered
+by :mod:`api.hot` when it can answer them as the API's handler would (else they go that
+way too).
 
 The REST API's paths go through a second Django handler whose middleware chain is
 :func:`api.middleware.api_middleware` of ``MIDDLEWARE``: without it every API request

@@ -283,7 +283,7 @@ async def test_a_failed_read_is_made_again_by_the_handler(
     assert hot._served["general"] == before["general"] + 1
 
 
-def test_only_the_two_reads_match() -> None:
+def test_only_the_hot_requests_match() -> None:
     def scope(method: str, path: str, query: bytes = b"", root: str = "") -> dict[str, Any]:
         return {"method": method, "path": path, "query_string": query, "root_path": root}
 
@@ -297,3 +297,145 @@ def test_only_the_two_reads_match() -> None:
     assert not hot.match(scope("GET", "/threads/t-1/state", b"select=values"))
     assert not hot.match(scope("POST", "/threads/t-1/history", b"x=1"))
     assert not hot.match(scope("GET", "/threads/t-1/state", root="/api"))
+    assert hot.match(scope("POST", "/threads"))
+    assert not hot.match(scope("POST", "/threads", b"x=1"))
+    assert not hot.match(scope("GET", "/threads"))
+    assert not hot.match(scope("POST", "/threads/"))
+
+
+# -- creates ---------------------------------------------------------------------------
+
+
+def _normal(answer: Answer, *ids: str) -> tuple[int, list[tuple[bytes, bytes]], Any]:
+    """An answer with its thread id and times made comparable."""
+    import json
+
+    status, headers, body = answer
+    data = json.loads(body)
+    if status == 200:
+        for key in ("created_at", "updated_at", "state_updated_at"):
+            data[key] = "<time>"
+        if data.get("ttl"):
+            data["ttl"]["expires_at"] = "<time>"
+        if data["thread_id"] in ids:
+            data["thread_id"] = "<id>"
+    length = [(n, b"<n>" if n == b"Content-Length" else v) for n, v in headers]
+    return status, length, data
+
+
+@pytest.fixture
+def creates(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every call of the create service from the API, with its thread id."""
+    from api import threads
+
+    seen: list[Any] = []
+    create = threads.create_thread
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("thread_id"))
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(threads, "create_thread", counting)
+    return seen
+
+
+async def test_a_create_is_answered_hot_and_as_the_handler_answers(
+    cast: dict[str, Any], creates: list[Any]
+) -> None:
+    from criogen.storage.models import AuditEvent
+
+    alice = cast["alice"]
+    bearer = [(b"host", b"testserver"), (b"authorization", f"Bearer {alice}".encode())]
+    bearer.append((b"content-type", b"application/json"))
+    cases = [
+        (_headers(alice), b"{}"),
+        (bearer, b"{}"),
+        (_headers(alice), b'{"metadata": {"graph_id": "steps", "k": [1, "x"]}}'),
+        (_headers(alice), b'{"ttl": 5}'),
+        (_headers(alice), b'{"ttl": {"ttl": 3, "strategy": "keep_latest"}, "if_exists": null}'),
+        (_headers(cast["olga"]), b'{"thread_id": "ID", "if_exists": "raise"}'),
+    ]
+    for n, (headers, body) in enumerate(cases):
+        mine, theirs = f"hot-{n:04}-a", f"hot-{n:04}-b"
+        creates.clear()
+        before = dict(hot._served)
+        answer = await _call(
+            asgi.application, "POST", "/threads", headers, body=body.replace(b"ID", mine.encode())
+        )
+        assert hot._served["hot"] == before["hot"] + 1, (body, answer)
+        general = await _call(
+            asgi.api_asgi_app,
+            "POST",
+            "/threads",
+            headers,
+            body=body.replace(b"ID", theirs.encode()),
+        )
+        assert answer[0] == 200, answer
+        assert len(creates) == 2, body
+        made = [(await aio.db(_audit, tid)) for tid in _ids(answer, general)]
+        assert made[0] == made[1], body
+        assert _normal(answer, mine, *_ids(answer)) == _normal(general, theirs, *_ids(general))
+    assert await aio.db(AuditEvent.objects.filter(action="create").count) >= 12
+
+
+def _ids(*answers: Answer) -> list[str]:
+    import json
+
+    return [json.loads(a[2])["thread_id"] for a in answers]
+
+
+def _audit(thread_id: str) -> tuple[Any, ...]:
+    from criogen.storage.models import AuditEvent
+
+    (event,) = AuditEvent.objects.filter(thread_id=thread_id, action="create")
+    return (event.actor, event.door, event.details.replace(thread_id, "<id>"))
+
+
+async def test_a_refused_create_is_the_handlers_error_made_once(
+    cast: dict[str, Any], creates: list[Any], thread_id: str
+) -> None:
+    alice = cast["alice"]
+    cases = [
+        # Refused by the service in the hot job: the handler raises that very error.
+        (f'{{"thread_id": "{thread_id}"}}'.encode(), 409, 1),
+        (b'{"metadata": {"owner": "mallory"}}', 422, 1),
+        (b'{"thread_id": "   "}', 422, 1),
+        (b'{"ttl": 2.5}', 422, 1),
+        # Refused before anything is called: the handler's own 422.
+        (b'{"if_exists": "replace"}', 422, 0),
+        (b'{"nope": 1}', 422, 0),
+        (b'{"ttl": NaN}', 422, 0),
+        (b"[]", 422, 0),
+    ]
+    for body, status, calls in cases:
+        creates.clear()
+        before = dict(hot._served)
+        answer = await _call(asgi.application, "POST", "/threads", _headers(alice), body=body)
+        assert hot._served["general"] == before["general"] + 1, body
+        assert answer[0] == status, (answer, body)
+        assert len(creates) == calls, (body, creates)
+        creates.clear()
+        general = await _call(asgi.api_asgi_app, "POST", "/threads", _headers(alice), body=body)
+        assert answer == general, body
+    # With supersteps, the handler makes the create.
+    creates.clear()
+    body = b'{"metadata": {"graph_id": "steps"}, "supersteps": []}'
+    answer = await _call(asgi.application, "POST", "/threads", _headers(alice), body=body)
+    assert answer[0] == 200
+    assert len(creates) == 1
+
+
+async def test_a_create_whose_answer_fails_is_answered_by_the_handler_not_made_again(
+    cast: dict[str, Any], creates: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the answer could not be written")
+
+    monkeypatch.setattr(hot, "thread_dump", broken)
+    status, _, body = await _call(
+        asgi.application, "POST", "/threads", _headers(cast["alice"]), body=b"{}"
+    )
+    assert status == 200
+    assert len(creates) == 1
+    (made,) = _ids((status, [], body))
+    assert await aio.db(Thread.objects.filter(pk=made).exists)

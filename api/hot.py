@@ -367,18 +367,28 @@ async def serve(
         if not message.get("more_body", False):
             break
     sender = type(general)
-    answer, ahead = await _try(scope, body, sender)
-    if answer is None:
+    try:
+        ready = _check(scope, body, sender)
+    except Exception:  # noqa: BLE001 - an unusual request or setting: Django's own answer
+        ready = None
+    content, ahead = None, None
+    if ready is not None:
+        loop = asyncio.get_running_loop()
+        content, ahead = await loop.run_in_executor(
+            aio.pool(), _job, ready.meta, ready.token, ready.asked
+        )
+    if ready is None or content is None:
         _served["general"] += 1
         if ahead is not None:  # a create was made: its outcome, not a second create
             scope = {**scope, aio.AHEAD_SCOPE_KEY: ahead}
         await general(scope, _replay(body, receive), send)
         return
     _served["hot"] += 1
-    # Both signals have only sync receivers (_try checked): sent on the loop, as
+    # Both signals have only sync receivers (_check saw to it): sent on the loop, as
     # criogen.asgi sends them for the API's async views.
     signals.request_started.send(sender=sender, scope=scope)
-    headers, content = answer
+    length = str(len(content)).encode()
+    headers = [(n, length if n == b"Content-Length" else v) for n, v in ready.headers]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": content})
     signals.request_finished.send(sender=sender)
@@ -393,42 +403,46 @@ def sync_receivers_only(signal: Signal, sender: type) -> bool:
     return not async_receivers
 
 
-Answer = tuple[list[tuple[bytes, bytes]], bytes]
+class _Ready(NamedTuple):
+    """A request the checks let through: what it asks, with what it needs."""
+
+    meta: dict[str, str]
+    token: str
+    asked: _Read
+    headers: list[tuple[bytes, bytes]]
+    """The 200's headers (its ``Content-Length`` is set with the body)."""
 
 
-async def _try(scope: Scope, body: bytes, sender: type) -> tuple[Answer | None, Ahead | None]:
-    """The headers and body of the 200, or None for the general path (with a create's
-    outcome when one was made)."""
+def _check(scope: Scope, body: bytes, sender: type) -> _Ready | None:
+    """The request, if the checks let it through (None: the general path answers). Pure
+    computation, before any database work: whatever it raises sends the request to the
+    general path too."""
     meta = _meta(scope.get("headers", []))
     if meta is None or not _site_ok():
-        return None, None
+        return None
     if not (
         sync_receivers_only(signals.request_started, sender)
         and sync_receivers_only(signals.request_finished, sender)
     ):
-        return None, None
+        return None
     if "HTTP_ORIGIN" in meta or not _host_allowed(meta):
-        return None, None
+        return None
     secure = _secure(scope, meta)
     if settings.SECURE_SSL_REDIRECT and not secure:
-        return None, None
+        return None
     declared = meta.get("CONTENT_LENGTH", "")
     if declared and not declared.isdigit():
-        return None, None
+        return None
     limit_bytes = _max_body()
     if len(body) > limit_bytes or (declared and int(declared) > limit_bytes):
-        return None, None
+        return None
     token = _token(meta)
     asked = _asked(scope, body, meta)
     if token is None or asked is None:
-        return None, None
+        return None
     if client := scope.get("client"):
         meta["REMOTE_ADDR"] = str(client[0])
-    loop = asyncio.get_running_loop()
-    content, ahead = await loop.run_in_executor(aio.pool(), _job, meta, token, asked)
-    if content is None:
-        return None, ahead
-    return (_response_headers(secure, len(content)), content), None
+    return _Ready(meta, token, asked, _response_headers(secure, 0))
 
 
 def _asked(scope: Scope, body: bytes, meta: dict[str, str]) -> _Read | None:

@@ -439,3 +439,16 @@ async def test_a_create_whose_answer_fails_is_answered_by_the_handler_not_made_a
     assert len(creates) == 1
     (made,) = _ids((status, [], body))
     assert await aio.db(Thread.objects.filter(pk=made).exists)
+
+
+async def test_a_check_that_fails_leaves_the_request_to_the_handler(
+    cast: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any) -> bool:
+        raise ValueError("an unusual setting")
+
+    monkeypatch.setattr(hot, "_host_allowed", broken)
+    which, answer, general = await _both("GET", cast["state"], _headers(cast["alice"]))
+    assert which == "general"
+    assert answer[0] == 200
+    assert answer == general

@@ -19,7 +19,7 @@ other request to the general path (the API's handler) untouched, its body replay
   the bad-token limit (429), a CORS request (an ``Origin`` header);
 - a site whose API middleware chain is not :data:`CHAIN` (the headers below are that
   chain's), or with ``CRIOGEN_AUTH_ENABLED`` off, or with async receivers of the
-  request signals;
+  request signals, or whose three endpoints take another auth or a throttle;
 - a token in both headers or none, or not valid (counted as a failure by the general
   path, once), and a read that raises (a 404, a 422): the general path makes the read
   again and answers with its own error;
@@ -151,9 +151,43 @@ def _site_ok() -> bool:
             and bool(getattr(settings, "CRIOGEN_AUTH_ENABLED", True))
             and not settings.PREPEND_WWW
             and not settings.DISALLOWED_USER_AGENTS
+            and _endpoints_plain()
         )
         known = _chain_ok = (wrapped, ok)
     return known[1]
+
+
+_ENDPOINTS = (
+    ("GET", "/threads/t/state", "get_state"),
+    ("POST", "/threads/t/history", "post_history"),
+    ("POST", "/threads", "create_thread"),
+)
+
+
+def _endpoints_plain() -> bool:
+    """The three paths resolve to the endpoints this module answers for, which take the
+    API's two token auths and no throttle (what the job does in their place). Read
+    from django-ninja's operations; any doubt is False."""
+    from django.urls import resolve
+
+    from api.auth import ApiKeyAuth, BearerAuth
+
+    try:
+        for method, path, name in _ENDPOINTS:
+            view = resolve(path).func
+            cells = [cell.cell_contents for cell in view.__closure__ or ()]
+            path_view = next(cell for cell in cells if hasattr(cell, "operations"))
+            (operation,) = [op for op in path_view.operations if method in op.methods]
+            auths = [type(auth) for auth in operation.auth_callbacks]
+            if (
+                operation.view_func.__name__ != name
+                or auths != [BearerAuth, ApiKeyAuth]
+                or operation.throttle_objects
+            ):
+                return False
+    except Exception:  # noqa: BLE001 - another django-ninja, another urlconf: the general path
+        return False
+    return True
 
 
 # -- the headers of a 200 ----------------------------------------------------------------

@@ -452,3 +452,23 @@ async def test_a_check_that_fails_leaves_the_request_to_the_handler(
     assert which == "general"
     assert answer[0] == 200
     assert answer == general
+
+
+async def test_a_throttle_on_an_endpoint_turns_it_off(
+    cast: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.urls import resolve
+
+    assert hot._endpoints_plain()
+    view = resolve(cast["state"]).func
+    path_view = next(
+        c.cell_contents for c in view.__closure__ if hasattr(c.cell_contents, "operations")
+    )
+    (operation,) = [op for op in path_view.operations if "GET" in op.methods]
+    monkeypatch.setattr(operation, "throttle_objects", [object()])
+    monkeypatch.setattr(hot, "_chain_ok", None)  # the site is checked again
+    assert not hot._endpoints_plain()
+    # Every hot request goes the general way (here a create, whose endpoint has none).
+    which, answer, _ = await _both("POST", "/threads", _headers(cast["alice"]), body=b"{}")
+    assert which == "general"
+    assert answer[0] == 200

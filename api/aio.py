@@ -48,12 +48,15 @@ if TYPE_CHECKING:
     from criogen.storage.models import Run
 
 __all__ = [
+    "AHEAD_SCOPE_KEY",
     "db",
     "db_ahead",
     "max_age",
     "plan_ahead",
+    "pool",
     "pool_size",
     "run_ahead",
+    "run_job",
     "wait_for_run",
 ]
 
@@ -66,6 +69,12 @@ _executor_lock = threading.Lock()
 def pool_size() -> int:
     """How many threads (and so database connections) the API's pool has."""
     return max(1, int(getattr(settings, "CRIOGEN_API_THREADS", 8)))
+
+
+def pool() -> ThreadPoolExecutor:
+    """The API's pool of database threads (for ``loop.run_in_executor`` with
+    :func:`run_job`)."""
+    return _pool()
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -101,6 +110,12 @@ def _job(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) ->
                 conn.close_at = None if age is None else time.monotonic() + age
 
 
+def run_job(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
+    """``fn(*args, **kwargs)`` with the connection bookkeeping of every job of the pool;
+    call it on a pool thread."""
+    return _job(fn, args, kwargs)
+
+
 _hop: tuple[ThreadPoolExecutor, Callable[..., Any], Callable[..., Any]] | None = None
 
 
@@ -130,13 +145,20 @@ async def db(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 # path in one statement"). So an endpoint may plan, from the raw request, the call it
 # will most likely make; the token check's job makes it right after the token, and the
 # endpoint, once django-ninja has validated its parameters, takes that answer only if it
-# asks for exactly that call (same function, same arguments, the same caller). The
-# planned call is a read: made for a request that then fails validation, it changed
-# nothing. Its Criogen errors (404, 422) are raised where the endpoint would have raised
+# asks for exactly that call (same function, same arguments, the same caller). A
+# planned call is a read (made for a request that then fails validation, it changed
+# nothing), or a write that nothing between the token check and the endpoint can turn
+# away: ``DELETE /threads/{id}``, whose one parameter is the path's id. Its Criogen errors (404, 422) are raised where the endpoint would have raised
 # them; any other exception is dropped and the endpoint makes the call itself, as before.
 
 Plan = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 """``(fn, args, kwargs)``: a call :func:`db` would make."""
+
+AHEAD_SCOPE_KEY = "criogen.ahead"
+"""The ASGI scope's key for a call already made and its outcome, ``(plan, (ok,
+value))``: :mod:`api.hot` hands a create it made to the API's handler this way when it
+does not answer itself, so that the endpoint raises its error instead of creating
+again."""
 
 _plans: dict[tuple[str, str], Callable[[HttpRequest, Any], Plan | None]] = {}
 _AHEAD = "_criogen_ahead"
@@ -182,8 +204,13 @@ def run_ahead(request: HttpRequest, who: Any) -> None:
 
 async def db_ahead(request: HttpRequest, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``await db(fn, *args, **kwargs)``, or the answer of that very call if the
-    request's token check already made it (:func:`run_ahead`)."""
+    request's token check already made it (:func:`run_ahead`), or :mod:`api.hot` did
+    (:data:`AHEAD_SCOPE_KEY`)."""
     ahead = request.__dict__.pop(_AHEAD, None)
+    if ahead is None:
+        scope = getattr(request, "scope", None)
+        if isinstance(scope, dict):
+            ahead = scope.pop(AHEAD_SCOPE_KEY, None)
     if ahead is not None:
         (planned_fn, planned_args, planned_kwargs), (ok, value) = ahead
         if planned_fn is fn and planned_args == args and planned_kwargs == kwargs:

@@ -1,5 +1,9 @@
 """ASGI entry point: HTTP through Django; WebSockets through Channels.
 
+``langgraph_sdk``'s ``get_state``, ``get_history`` and ``threads.create`` are answered
+by :mod:`api.hot` when it can answer them as the API's handler would (else they go that
+way too).
+
 The REST API's paths go through a second Django handler whose middleware chain is
 :func:`api.middleware.api_middleware` of ``MIDDLEWARE``: without it every API request
 would hop to Django's single sync thread and back for each classic middleware. It also
@@ -28,23 +32,15 @@ from django.conf import settings  # noqa: E402
 from django.core import signals  # noqa: E402
 from django.core.exceptions import RequestAborted  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix  # noqa: E402
-from django.dispatch import Signal  # noqa: E402
 from django.http import HttpRequest, HttpResponseBase  # noqa: E402
 from django.urls import URLPattern, URLResolver, get_resolver, set_script_prefix  # noqa: E402
 from django.urls.exceptions import Resolver404  # noqa: E402
 from django.urls.resolvers import RoutePattern  # noqa: E402
 
+from api import hot  # noqa: E402
+from api.hot import sync_receivers_only as _sync_only  # noqa: E402
 from api.middleware import api_middleware, is_api_path  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
-
-
-def _sync_only(signal: Signal, sender: type) -> bool:
-    """``signal`` has no async receivers for ``sender`` (so ``send`` may run on the loop)."""
-    try:
-        _, async_receivers = signal._live_receivers(sender)
-    except Exception:  # noqa: BLE001 - another Django: take the safe path
-        return False
-    return not async_receivers
 
 
 def _request_has_thread() -> bool:
@@ -249,6 +245,9 @@ async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     root = scope.get("root_path", "")
     if root and path.startswith(root):
         path = path[len(root) :]
+    if hot.match(scope):
+        await hot.serve(scope, receive, send, api_asgi_app)
+        return
     app = api_asgi_app if is_api_path(path) else django_asgi_app
     await app(scope, receive, send)
 

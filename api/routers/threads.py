@@ -65,7 +65,7 @@ def _ttl(value: Any) -> Any:
 async def create_thread(request: HttpRequest, payload: ThreadCreateIn) -> dict[str, Any]:
     """Create a thread. An explicit ``thread_id`` must be 1–255 non-blank characters
     (else 422); an existing one is a 409 unless ``if_exists="do_nothing"``."""
-    return await db(_create_thread, principal(request), payload)
+    return await db_ahead(request, _create_thread, principal(request), payload)
 
 
 def _create_thread(who: Principal, payload: ThreadCreateIn) -> dict[str, Any]:

@@ -1,6 +1,9 @@
 """A hot read made in the token check's thread hop (api.aio.plan_ahead): the same
 answers and errors as the endpoint's own job, in one hop instead of two. The same for
-``DELETE /threads/{id}``, the one write made ahead."""
+``DELETE /threads/{id}``, the one write made ahead.
+
+The requests go to the API's handler itself: through the site's application, the
+SDK's ``get_state`` and ``get_history`` are answered by api.hot (tests/api/test_hot_reads.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import pytest
 from django.db import connections
 
 from api import aio
-from criogen.asgi import application
+from criogen.asgi import api_asgi_app
 from criogen.services.tokens import issue_token
 from criogen.storage.models import AuditEvent, Thread
 
@@ -53,7 +56,7 @@ async def _call(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await application(scope, receive, send)
+    await api_asgi_app(scope, receive, send)
     body = b"".join(m.get("body", b"") for m in sent[1:])
     return sent[0]["status"], json.loads(body) if body else None
 

@@ -1,0 +1,474 @@
+"""``get_state`` and ``get_history`` as the SDK sends them, answered by api.hot without
+Django's request cycle: the same status, headers (in order) and body as the API's
+handler, and every request it cannot answer that way left to the handler."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.db import connections
+from django.utils import timezone
+
+from api import aio, hot
+from criogen import asgi, registry
+from criogen.services.tokens import issue_token
+from criogen.storage.models import Thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+async def _call(
+    app: Any,
+    method: str,
+    path: str,
+    headers: list[tuple[bytes, bytes]],
+    query: bytes = b"",
+    body: bytes = b"",
+    scheme: str = "http",
+) -> Answer:
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": scheme,
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query,
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 40000),
+        "server": ("testserver", 80),
+    }
+    request = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if request:
+            return request.pop()
+        await asyncio.Event().wait()
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return (
+        sent[0]["status"],
+        list(sent[0]["headers"]),
+        b"".join(m.get("body", b"") for m in sent[1:]),
+    )
+
+
+async def _both(
+    method: str,
+    path: str,
+    headers: list[tuple[bytes, bytes]],
+    query: bytes = b"",
+    body: bytes = b"",
+    scheme: str = "http",
+    general: Any = None,
+) -> tuple[str, Answer, Answer]:
+    """Which path answered through the site's application, its answer, and the API
+    handler's answer to the same request."""
+    before = dict(hot._served)
+    answer = await _call(asgi.application, method, path, headers, query, body, scheme)
+    which = "hot" if hot._served["hot"] > before["hot"] else "general"
+    handler = general or asgi.api_asgi_app
+    return which, answer, await _call(handler, method, path, headers, query, body, scheme)
+
+
+@pytest.fixture(autouse=True)
+async def close_pool_connections() -> AsyncIterator[None]:
+    """Close the connections the pool's threads opened (on PostgreSQL a connection
+    left open keeps the test database from being dropped)."""
+    cache.clear()  # the bad-token counts
+    yield
+    cache.clear()
+    size = aio.pool_size()
+    all_in = threading.Barrier(size)
+
+    def close() -> None:
+        all_in.wait(10)  # one job on every thread of the pool
+        connections.close_all()
+
+    await asyncio.gather(*(aio.db(close) for _ in range(size)))
+
+
+@pytest.fixture
+def cast(django_user_model: Any, thread_id: str) -> Iterator[dict[str, Any]]:
+    """alice owns the thread ``thread_id`` (a few checkpoints); bob owns nothing; olga
+    is staff. Their tokens, and the thread's paths."""
+    alice = django_user_model.objects.create_user("alice-hot")
+    bob = django_user_model.objects.create_user("bob-hot")
+    olga = django_user_model.objects.create_user("olga-hot", is_staff=True)
+    Thread.objects.create(id=thread_id, owner=alice, metadata={"owner": "alice-hot"})
+    thread = registry.get_graph("steps").thread(thread_id)
+    for n in range(3):
+        thread.run({"n": n}, durability="sync")
+    yield {
+        "alice": issue_token(user=alice, name="t")[1],
+        "bob": issue_token(user=bob, name="t")[1],
+        "olga": issue_token(user=olga, name="t")[1],
+        "expired": issue_token(user=alice, name="old", expires_at=timezone.now() - timedelta(1))[1],
+        "state": f"/threads/{thread_id}/state",
+        "history": f"/threads/{thread_id}/history",
+    }
+
+
+def _headers(token: str | None = None, *extra: tuple[bytes, bytes]) -> list[tuple[bytes, bytes]]:
+    headers = [(b"host", b"testserver"), (b"content-type", b"application/json")]
+    if token is not None:
+        headers.append((b"x-api-key", token.encode()))
+    return [*headers, *extra]
+
+
+async def test_the_sdks_reads_are_answered_hot_and_as_the_handler_answers(
+    cast: dict[str, Any],
+) -> None:
+    alice, olga = cast["alice"], cast["olga"]
+    bearer = [(b"host", b"testserver"), (b"authorization", f"Bearer {alice}".encode())]
+    cases = [
+        ("GET", cast["state"], _headers(alice), b"subgraphs=false", b""),
+        ("GET", cast["state"], _headers(alice), b"subgraphs=true", b""),
+        ("GET", cast["state"], _headers(alice), b"", b""),
+        ("GET", cast["state"], bearer, b"", b""),
+        ("GET", cast["state"], _headers(olga), b"subgraphs=false", b""),
+        ("POST", cast["history"], _headers(alice), b"", b'{"limit": 10}'),
+        ("POST", cast["history"], _headers(alice), b"", b'{"limit": 2}'),
+        ("POST", cast["history"], _headers(alice), b"", b"{}"),
+        ("POST", cast["history"], _headers(alice), b"", b'{"limit": 3, "before": null}'),
+        ("POST", cast["history"], _headers(olga), b"", b'{"limit": 10}'),
+    ]
+    for method, path, headers, query, body in cases:
+        which, answer, general = await _both(method, path, headers, query, body)
+        assert which == "hot", (method, path, query, body)
+        assert answer[0] == 200, answer
+        assert answer == general, (method, path, query, body)
+
+
+async def test_what_it_cannot_answer_goes_to_the_handler_unchanged(
+    cast: dict[str, Any], settings: Any
+) -> None:
+    alice, bob = cast["alice"], cast["bob"]
+    state, history = cast["state"], cast["history"]
+    cases = [
+        # The caller may not see the thread, or there is none: the handler's 404.
+        ("GET", state, _headers(bob), b"subgraphs=false", b"", 404),
+        ("GET", "/threads/no-such-thread/state", _headers(alice), b"", b"", 404),
+        # Tokens: none, bad, expired, in both headers.
+        ("GET", state, _headers(None), b"", b"", 401),
+        ("GET", state, _headers("crg_not-a-token"), b"", b"", 401),
+        ("GET", state, _headers(cast["expired"]), b"", b"", 401),
+        (
+            "GET",
+            state,
+            _headers(alice, (b"authorization", f"Bearer {alice}".encode())),
+            b"",
+            b"",
+            200,
+        ),
+        # Parameters the endpoint reads or refuses.
+        ("GET", state, _headers(alice), b"subgraphs=maybe", b"", 422),
+        ("GET", state, _headers(alice), b"select=values", b"", 200),
+        ("POST", history, _headers(alice), b"", b'{"limit": 0}', 422),
+        ("POST", history, _headers(alice), b"", b'{"limit": true}', 200),  # pydantic: 1
+        ("POST", history, _headers(alice), b"", b'{"limit": 10, "nope": 1}', 422),
+        ("POST", history, _headers(alice), b"", b'{"limit": 1, "metadata": {"a": 1}}', 200),
+        ("POST", history, _headers(alice), b"", b"[1]", 422),
+        ("POST", history, _headers(alice), b"", b"{", 422),
+        # A CORS request, a host not allowed, a repeated header.
+        ("GET", state, _headers(alice, (b"origin", b"https://app.example")), b"", b"", 200),
+        ("GET", state, [(b"host", b"evil.example"), (b"x-api-key", alice.encode())], b"", b"", 400),
+        ("GET", state, _headers(alice, (b"x-api-key", alice.encode())), b"", b"", 401),
+    ]
+    for method, path, headers, query, body, status in cases:
+        which, answer, general = await _both(method, path, headers, query, body)
+        assert which == "general", (method, path, headers, query, body)
+        assert answer[0] == status, (answer, method, path, query, body)
+        assert answer == general, (method, path, headers, query, body)
+
+
+async def test_a_bad_token_counts_once_and_a_locked_out_address_gets_the_429(
+    cast: dict[str, Any], settings: Any
+) -> None:
+    from api.auth import _keys
+
+    settings.CRIOGEN_AUTH_FAILURE_LIMIT = 2
+    count_key, _ = _keys("127.0.0.1")
+    status, _, _ = await _call(asgi.application, "GET", cast["state"], _headers("crg_bad"))
+    assert status == 401
+    assert cache.get(count_key) == 1
+    await _call(asgi.application, "GET", cast["state"], _headers("crg_bad"))
+    before = dict(hot._served)
+    status, headers, _ = await _call(
+        asgi.application, "GET", cast["state"], _headers(cast["alice"])
+    )
+    assert status == 429
+    assert any(name == b"Retry-After" for name, _ in headers)
+    assert hot._served["general"] == before["general"] + 1
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"SECURE_HSTS_SECONDS": 3600, "SECURE_HSTS_PRELOAD": True},
+        {"X_FRAME_OPTIONS": "SAMEORIGIN", "SECURE_REFERRER_POLICY": None},
+        {"SECURE_CROSS_ORIGIN_OPENER_POLICY": None, "SECURE_CONTENT_TYPE_NOSNIFF": False},
+        {"SECURE_SSL_REDIRECT": True},
+        {"ALLOWED_HOSTS": ["api.example"]},
+        {"CORS_ALLOW_ALL_ORIGINS": False, "CORS_ALLOWED_ORIGINS": ["https://app.example"]},
+    ],
+    ids=["hsts", "frame-referrer", "no-coop-nosniff", "ssl-redirect", "hosts", "cors-list"],
+)
+@pytest.mark.parametrize("scheme", ["http", "https"])
+async def test_the_headers_follow_the_settings_as_the_middleware_does(
+    cast: dict[str, Any],
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    overrides: dict[str, Any],
+    scheme: str,
+) -> None:
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    general = asgi.ApiHandler()  # its middleware read the settings above
+    monkeypatch.setattr(asgi, "api_asgi_app", general)
+    for method, path, query, body in [
+        ("GET", cast["state"], b"subgraphs=false", b""),
+        ("POST", cast["history"], b"", b'{"limit": 10}'),
+    ]:
+        _, answer, expected = await _both(
+            method, path, _headers(cast["alice"]), query, body, scheme, general
+        )
+        assert answer == expected, (overrides, scheme, method)
+
+
+async def test_another_middleware_chain_turns_it_off(cast: dict[str, Any], settings: Any) -> None:
+    settings.MIDDLEWARE = [
+        *settings.MIDDLEWARE,
+        "django.middleware.gzip.GZipMiddleware",
+    ]
+    which, answer, _ = await _both("GET", cast["state"], _headers(cast["alice"]))
+    assert which == "general"
+    assert answer[0] == 200
+
+
+async def test_a_failed_read_is_made_again_by_the_handler(
+    cast: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from api.threads import reads
+
+    calls = {"n": 0}
+    get_state = reads.get_state
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a lost connection")
+        return get_state(*args, **kwargs)
+
+    monkeypatch.setattr("api.threads.get_state", flaky)
+    before = dict(hot._served)
+    status, _, _ = await _call(asgi.application, "GET", cast["state"], _headers(cast["alice"]))
+    assert status == 200
+    assert calls["n"] == 2
+    assert hot._served["general"] == before["general"] + 1
+
+
+def test_only_the_hot_requests_match() -> None:
+    def scope(method: str, path: str, query: bytes = b"", root: str = "") -> dict[str, Any]:
+        return {"method": method, "path": path, "query_string": query, "root_path": root}
+
+    assert hot.match(scope("GET", "/threads/t-1/state", b"subgraphs=false"))
+    assert hot.match(scope("POST", "/threads/t-1/history"))
+    assert not hot.match(scope("POST", "/threads/t-1/state"))
+    assert not hot.match(scope("GET", "/threads/t-1/history"))
+    assert not hot.match(scope("GET", "/threads/t-1/state/"))
+    assert not hot.match(scope("GET", "/threads/a/b/state"))
+    assert not hot.match(scope("GET", "/threads/t%201/state"))
+    assert not hot.match(scope("GET", "/threads/t-1/state", b"select=values"))
+    assert not hot.match(scope("POST", "/threads/t-1/history", b"x=1"))
+    assert not hot.match(scope("GET", "/threads/t-1/state", root="/api"))
+    assert hot.match(scope("POST", "/threads"))
+    assert not hot.match(scope("POST", "/threads", b"x=1"))
+    assert not hot.match(scope("GET", "/threads"))
+    assert not hot.match(scope("POST", "/threads/"))
+
+
+# -- creates ---------------------------------------------------------------------------
+
+
+def _normal(answer: Answer, *ids: str) -> tuple[int, list[tuple[bytes, bytes]], Any]:
+    """An answer with its thread id and times made comparable."""
+    import json
+
+    status, headers, body = answer
+    data = json.loads(body)
+    if status == 200:
+        for key in ("created_at", "updated_at", "state_updated_at"):
+            data[key] = "<time>"
+        if data.get("ttl"):
+            data["ttl"]["expires_at"] = "<time>"
+        if data["thread_id"] in ids:
+            data["thread_id"] = "<id>"
+    length = [(n, b"<n>" if n == b"Content-Length" else v) for n, v in headers]
+    return status, length, data
+
+
+@pytest.fixture
+def creates(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every call of the create service from the API, with its thread id."""
+    from api import threads
+
+    seen: list[Any] = []
+    create = threads.create_thread
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("thread_id"))
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(threads, "create_thread", counting)
+    return seen
+
+
+async def test_a_create_is_answered_hot_and_as_the_handler_answers(
+    cast: dict[str, Any], creates: list[Any]
+) -> None:
+    from criogen.storage.models import AuditEvent
+
+    alice = cast["alice"]
+    bearer = [(b"host", b"testserver"), (b"authorization", f"Bearer {alice}".encode())]
+    bearer.append((b"content-type", b"application/json"))
+    cases = [
+        (_headers(alice), b"{}"),
+        (bearer, b"{}"),
+        (_headers(alice), b'{"metadata": {"graph_id": "steps", "k": [1, "x"]}}'),
+        (_headers(alice), b'{"ttl": 5}'),
+        (_headers(alice), b'{"ttl": {"ttl": 3, "strategy": "keep_latest"}, "if_exists": null}'),
+        (_headers(cast["olga"]), b'{"thread_id": "ID", "if_exists": "raise"}'),
+    ]
+    for n, (headers, body) in enumerate(cases):
+        mine, theirs = f"hot-{n:04}-a", f"hot-{n:04}-b"
+        creates.clear()
+        before = dict(hot._served)
+        answer = await _call(
+            asgi.application, "POST", "/threads", headers, body=body.replace(b"ID", mine.encode())
+        )
+        assert hot._served["hot"] == before["hot"] + 1, (body, answer)
+        general = await _call(
+            asgi.api_asgi_app,
+            "POST",
+            "/threads",
+            headers,
+            body=body.replace(b"ID", theirs.encode()),
+        )
+        assert answer[0] == 200, answer
+        assert len(creates) == 2, body
+        made = [(await aio.db(_audit, tid)) for tid in _ids(answer, general)]
+        assert made[0] == made[1], body
+        assert _normal(answer, mine, *_ids(answer)) == _normal(general, theirs, *_ids(general))
+    assert await aio.db(AuditEvent.objects.filter(action="create").count) >= 12
+
+
+def _ids(*answers: Answer) -> list[str]:
+    import json
+
+    return [json.loads(a[2])["thread_id"] for a in answers]
+
+
+def _audit(thread_id: str) -> tuple[Any, ...]:
+    from criogen.storage.models import AuditEvent
+
+    (event,) = AuditEvent.objects.filter(thread_id=thread_id, action="create")
+    return (event.actor, event.door, event.details.replace(thread_id, "<id>"))
+
+
+async def test_a_refused_create_is_the_handlers_error_made_once(
+    cast: dict[str, Any], creates: list[Any], thread_id: str
+) -> None:
+    alice = cast["alice"]
+    cases = [
+        # Refused by the service in the hot job: the handler raises that very error.
+        (f'{{"thread_id": "{thread_id}"}}'.encode(), 409, 1),
+        (b'{"metadata": {"owner": "mallory"}}', 422, 1),
+        (b'{"thread_id": "   "}', 422, 1),
+        (b'{"ttl": 2.5}', 422, 1),
+        # Refused before anything is called: the handler's own 422.
+        (b'{"if_exists": "replace"}', 422, 0),
+        (b'{"nope": 1}', 422, 0),
+        (b'{"ttl": NaN}', 422, 0),
+        (b"[]", 422, 0),
+    ]
+    for body, status, calls in cases:
+        creates.clear()
+        before = dict(hot._served)
+        answer = await _call(asgi.application, "POST", "/threads", _headers(alice), body=body)
+        assert hot._served["general"] == before["general"] + 1, body
+        assert answer[0] == status, (answer, body)
+        assert len(creates) == calls, (body, creates)
+        creates.clear()
+        general = await _call(asgi.api_asgi_app, "POST", "/threads", _headers(alice), body=body)
+        assert answer == general, body
+    # With supersteps, the handler makes the create.
+    creates.clear()
+    body = b'{"metadata": {"graph_id": "steps"}, "supersteps": []}'
+    answer = await _call(asgi.application, "POST", "/threads", _headers(alice), body=body)
+    assert answer[0] == 200
+    assert len(creates) == 1
+
+
+async def test_a_create_whose_answer_fails_is_answered_by_the_handler_not_made_again(
+    cast: dict[str, Any], creates: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the answer could not be written")
+
+    monkeypatch.setattr(hot, "thread_dump", broken)
+    status, _, body = await _call(
+        asgi.application, "POST", "/threads", _headers(cast["alice"]), body=b"{}"
+    )
+    assert status == 200
+    assert len(creates) == 1
+    (made,) = _ids((status, [], body))
+    assert await aio.db(Thread.objects.filter(pk=made).exists)
+
+
+async def test_a_check_that_fails_leaves_the_request_to_the_handler(
+    cast: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any) -> bool:
+        raise ValueError("an unusual setting")
+
+    monkeypatch.setattr(hot, "_host_allowed", broken)
+    which, answer, general = await _both("GET", cast["state"], _headers(cast["alice"]))
+    assert which == "general"
+    assert answer[0] == 200
+    assert answer == general
+
+
+async def test_a_throttle_on_an_endpoint_turns_it_off(
+    cast: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.urls import resolve
+
+    assert hot._endpoints_plain()
+    view = resolve(cast["state"]).func
+    path_view = next(
+        c.cell_contents for c in view.__closure__ if hasattr(c.cell_contents, "operations")
+    )
+    (operation,) = [op for op in path_view.operations if "GET" in op.methods]
+    monkeypatch.setattr(operation, "throttle_objects", [object()])
+    monkeypatch.setattr(hot, "_chain_ok", None)  # the site is checked again
+    assert not hot._endpoints_plain()
+    # Every hot request goes the general way (here a create, whose endpoint has none).
+    which, answer, _ = await _both("POST", "/threads", _headers(cast["alice"]), body=b"{}")
+    assert which == "general"
+    assert answer[0] == 200

@@ -62,13 +62,21 @@ def test_a_bad_input_is_fixed_in_the_state_then_retried(signed_in, dashboard_ser
     expect(page.locator("#panel [data-state]")).to_contain_text('"c"')
 
 
-def test_a_running_run_is_cancelled_from_its_thread_page(signed_in, dashboard_server) -> None:
-    tid, run_id = start_steps(dashboard_server, {"n": 0, "sleep": 5}, join=False)
+def test_a_running_run_is_cancelled_from_its_thread_page(
+    signed_in, dashboard_server, tmp_path
+) -> None:
+    # Node b waits for the gate, so the run is still running when the operator gets to
+    # the button however long the browser takes (a fixed sleep ended the run first on a
+    # loaded machine, and the live update took the button away); the gate opens once the
+    # cancel is requested.
+    gate = tmp_path / "gate"
+    tid, run_id = start_steps(dashboard_server, {"n": 0, "gate": str(gate)}, join=False)
     page = signed_in("olga")
     page.goto(f"/ui/threads/{tid}/")
     row = page.locator(f'#actions tr[data-run="{run_id}"]')
     row.get_by_role("button", name="Cancel").click()
     expect(page.locator("#actions [role=status]")).to_contain_text("Cancel")
+    gate.touch()
     run = dashboard_server.call(lambda c: c.runs.join(tid, run_id))
     assert run is not None
     status = dashboard_server.call(lambda c: c.runs.get(tid, run_id))["status"]

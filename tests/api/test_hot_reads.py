@@ -217,6 +217,7 @@ async def test_a_bad_token_counts_once_and_a_locked_out_address_gets_the_429(
     assert hot._served["general"] == before["general"] + 1
 
 
+@pytest.mark.filterwarnings("ignore:Returning tuple:DeprecationWarning")
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -244,11 +245,26 @@ async def test_the_headers_follow_the_settings_as_the_middleware_does(
     for method, path, query, body in [
         ("GET", cast["state"], b"subgraphs=false", b""),
         ("POST", cast["history"], b"", b'{"limit": 10}'),
+        ("POST", "/threads/search", b"", b'{"limit": 1, "offset": 0}'),
     ]:
         _, answer, expected = await _both(
             method, path, _headers(cast["alice"]), query, body, scheme, general
         )
         assert answer == expected, (overrides, scheme, method)
+    # A delete's 204: two like threads, one deleted by each path.
+    alice = _headers(cast["alice"])
+    made = await _call(asgi.application, "POST", "/threads", alice, body=b"{}", scheme=scheme)
+    again = await _call(asgi.application, "POST", "/threads", alice, body=b"{}", scheme=scheme)
+    if made[0] == 200:  # else (a host not allowed, an SSL redirect) nothing to delete
+        mine, theirs = _ids(made, again)
+        answer = await _call(
+            asgi.application, "DELETE", f"/threads/{mine}", _headers(cast["alice"]), scheme=scheme
+        )
+        expected = await _call(
+            general, "DELETE", f"/threads/{theirs}", _headers(cast["alice"]), scheme=scheme
+        )
+        assert answer[0] == 204, answer
+        assert answer == expected, (overrides, scheme, "DELETE")
 
 
 async def test_another_middleware_chain_turns_it_off(cast: dict[str, Any], settings: Any) -> None:

@@ -156,9 +156,9 @@ Plan = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 AHEAD_SCOPE_KEY = "criogen.ahead"
 """The ASGI scope's key for a call already made and its outcome, ``(plan, (ok,
-value))``: :mod:`api.hot` hands a create it made to the API's handler this way when it
-does not answer itself, so that the endpoint raises its error instead of creating
-again."""
+value))``: :mod:`api.hot` hands a create or a delete it made to the API's handler this
+way when it does not answer itself, so that the endpoint raises its error instead of
+writing again (and :func:`run_ahead` plans nothing for that request)."""
 
 _plans: dict[tuple[str, str], Callable[[HttpRequest, Any], Plan | None]] = {}
 _AHEAD = "_criogen_ahead"
@@ -184,7 +184,12 @@ def plan_ahead(
 
 def run_ahead(request: HttpRequest, who: Any) -> None:
     """Make the call planned for ``request`` (on the current pool thread, after its
-    token check) and keep its answer on the request for :func:`db_ahead`."""
+    token check) and keep its answer on the request for :func:`db_ahead`. Nothing is
+    planned for a request whose call :mod:`api.hot` already made (a delete made twice
+    would answer a 404 for the thread it deleted)."""
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict) and AHEAD_SCOPE_KEY in scope:
+        return
     match = getattr(request, "resolver_match", None)
     planner = _plans.get((request.method or "", match.url_name)) if match else None
     if planner is None:

@@ -1,16 +1,20 @@
 """The requests every integration makes most, answered without Django's request cycle.
 
 ``GET /threads/{id}/state`` (no query but ``subgraphs``), ``POST /threads/{id}/history``
-with a body of ``limit`` alone and ``POST /threads`` without ``supersteps`` are what
-``langgraph_sdk``'s ``get_state``, ``get_history`` and ``threads.create`` send. Through
+with a body of ``limit`` alone, ``POST /threads`` without ``supersteps``, ``POST
+/threads/search`` and ``DELETE /threads/{id}`` are what ``langgraph_sdk``'s
+``get_state``, ``get_history``, ``threads.create``, ``threads.search`` and
+``threads.delete`` send. Through
 Django's handler, the API's middleware, django-ninja and two of asgiref's thread hops
 (the token, then the endpoint's job), each cost about 1 ms of the event loop's CPU for
 database work of a few hundred microseconds (bench/NOTES.md, "The hot requests without
 Django's request cycle"). :func:`serve` answers them in one job on the API's database
-threads (the lockout, the token, the read or the create, the JSON) and writes the
-response itself, with the headers the middleware chain writes on a 200.
+threads (the lockout, the token, the read or the write, the JSON) and writes the
+response itself, with the headers the middleware chain writes on a 200 (a search's
+``X-Pagination-Total`` and ``X-Pagination-Next`` where its endpoint sets them) or on a
+delete's 204.
 
-It only answers what the general path would answer ``200`` the same way, and hands every
+It only answers what the general path would answer ``200`` (``204``) the same way, and hands every
 other request to the general path (the API's handler) untouched, its body replayed:
 
 - a request the chain could refuse or redirect before the view: a host not in
@@ -19,25 +23,32 @@ other request to the general path (the API's handler) untouched, its body replay
   the bad-token limit (429), a CORS request (an ``Origin`` header);
 - a site whose API middleware chain is not :data:`CHAIN` (the headers below are that
   chain's), or with ``CRIOGEN_AUTH_ENABLED`` off, or with async receivers of the
-  request signals, or whose three endpoints take another auth or a throttle;
+  request signals, or whose five endpoints take another auth or a throttle;
 - a token in both headers or none, or not valid (counted as a failure by the general
   path, once), and a read that raises (a 404, a 422): the general path makes the read
   again and answers with its own error;
 - a body the endpoint would refuse or read differently: a history body with another
   field than ``limit`` set or a ``limit`` not an integer; a create body that
-  django-ninja's parser or ``ThreadCreateIn`` refuses, or with ``supersteps``.
+  django-ninja's parser or ``ThreadCreateIn`` refuses, or with ``supersteps``; a search
+  body the parser or ``ThreadSearchIn`` refuses, or with more than 10 ``extract`` paths,
+  and a search the endpoint's own code refuses (an unknown ``select`` field, a bad
+  ``extract`` path: it raises, and the general path searches again);
+- a delete of a path that is not the thread's (``/threads/search``, ``count``,
+  ``prune``: another endpoint's path).
 
-A create is a write, so it is never made twice: when the create raised (a 409, a 422)
-or its answer could not be written here, the general path gets the call and its outcome
-with the request (:data:`api.aio.AHEAD_SCOPE_KEY`) and its endpoint raises that error,
-or answers that thread, instead of creating again.
+A create or a delete is a write, so it is never made twice: when it raised (a 404, a 409,
+a 422) or its answer could not be written here, the general path gets the call and its
+outcome with the request (:data:`api.aio.AHEAD_SCOPE_KEY`) and its endpoint raises that
+error, or answers as it would have, instead of writing again (and the token check's
+:func:`api.aio.run_ahead` does not make the planned delete either).
 
 The headers of a 200 are computed by the chain's own response hooks (Django's
 ``SecurityMiddleware``, ``XFrameOptionsMiddleware``, ``CommonMiddleware`` and
 :class:`api.middleware.CorsMiddleware`) on an empty response, once per settings and
 scheme, and reused with the body's length; ``request_started`` and ``request_finished``
 are sent as :class:`criogen.asgi.ApiHandler` sends them. Tests compare the two paths'
-statuses, headers and bodies, and count the creates (tests/api/test_hot_reads.py).
+statuses, headers and bodies, and count the creates and deletes
+(tests/api/test_hot_reads.py).
 """
 
 from __future__ import annotations
@@ -60,7 +71,7 @@ from api.auth import Principal, auth_failures_retry_after
 from api.middleware import CorsMiddleware, api_middleware
 from api.parser import StrictJsonParser
 from api.render import CONTENT_TYPE, dumps
-from api.schemas import ThreadCreateIn
+from api.schemas import ThreadCreateIn, ThreadSearchIn
 from api.threads.shapes import state_dump, thread_dump
 from criogen.services.tokens import authenticate_token
 
@@ -84,6 +95,9 @@ CHAIN = [
 _PATH = re.compile(r"/threads/([A-Za-z0-9._~:@+-]+)/(state|history)", re.ASCII)
 """The two paths, for thread ids of the characters a URL carries unescaped (others go
 the general way)."""
+
+_THREAD = re.compile(r"/threads/([A-Za-z0-9._~:@+-]+)", re.ASCII)
+"""A thread's own path (a delete), for the same thread ids."""
 
 _HISTORY_FILTERS = ("before", "metadata", "checkpoint", "select")
 
@@ -161,11 +175,13 @@ _ENDPOINTS = (
     ("GET", "/threads/t/state", "get_state"),
     ("POST", "/threads/t/history", "post_history"),
     ("POST", "/threads", "create_thread"),
+    ("POST", "/threads/search", "search_threads"),
+    ("DELETE", "/threads/t", "delete_thread"),
 )
 
 
 def _endpoints_plain() -> bool:
-    """The three paths resolve to the endpoints this module answers for, which take the
+    """The five paths resolve to the endpoints this module answers for, which take the
     API's two token auths and no throttle (what the job does in their place). Read
     from django-ninja's operations; any doubt is False."""
     from django.urls import resolve
@@ -206,17 +222,27 @@ class _PlainRequest(HttpRequest):
         return self._secure
 
 
-_templates: dict[tuple[object, bool], list[tuple[bytes, bytes]]] = {}
+_templates: dict[tuple[object, bool, str], list[tuple[bytes, bytes]]] = {}
+
+_TOTAL, _NEXT = b"X-Pagination-Total", b"X-Pagination-Next"
 
 
-def _response_headers(secure: bool, length: int) -> list[tuple[bytes, bytes]]:
-    """The headers the API's chain writes on a 200 JSON response of ``length`` bytes,
-    in its order (the hooks run from the innermost middleware out)."""
-    key = (getattr(settings, "_wrapped", None), secure)
+def _response_headers(secure: bool, kind: str) -> list[tuple[bytes, bytes]]:
+    """The headers the API's chain writes, in its order (the hooks run from the
+    innermost middleware out), on the response of a ``kind`` request: a 200 JSON
+    response (its ``Content-Length`` set with the body), with a search's two pagination
+    headers as its endpoint sets them (their values set, or ``X-Pagination-Next``
+    dropped, with the page), or a delete's empty 204 as django-ninja makes it."""
+    kind = kind if kind in ("search", "delete") else "json"
+    key = (getattr(settings, "_wrapped", None), secure, kind)
     template = _templates.get(key)
     if template is None:
         request = _PlainRequest(secure)
-        response = HttpResponse(b"", content_type=CONTENT_TYPE)
+        status = 204 if kind == "delete" else 200
+        response = HttpResponse(b"", content_type=CONTENT_TYPE, status=status)
+        if kind == "search":
+            response[_TOTAL.decode()] = "0"
+            response[_NEXT.decode()] = "0"
         response = clickjacking.XFrameOptionsMiddleware(_never).process_response(request, response)
         response = common.CommonMiddleware(_never).process_response(request, response)
         response = CorsMiddleware(_never).add_response_headers(request, response)
@@ -227,11 +253,7 @@ def _response_headers(secure: bool, length: int) -> list[tuple[bytes, bytes]]:
         if len(_templates) > 16:
             _templates.clear()
         _templates[key] = template
-    length_value = str(length).encode()
-    return [
-        (name, length_value) if name == b"Content-Length" else (name, value)
-        for name, value in template
-    ]
+    return template
 
 
 def _never(request: HttpRequest) -> HttpResponse:
@@ -249,8 +271,8 @@ class _Peer:
 
 
 class _Read(NamedTuple):
-    """What a request asks: ``kind`` ``state``, ``history`` (with ``limit``) or
-    ``create`` (with the validated ``payload``)."""
+    """What a request asks: ``kind`` ``state``, ``history`` (with ``limit``),
+    ``create`` or ``search`` (with the validated ``payload``) or ``delete``."""
 
     kind: str
     thread_id: str = ""
@@ -262,10 +284,21 @@ Ahead = tuple[aio.Plan, tuple[bool, Any]]
 """A write's call and outcome, for the general path (:func:`api.aio.db_ahead`)."""
 
 
-def _answer(meta: dict[str, str], token: str, asked: _Read, made: list[Ahead]) -> bytes | None:
-    """The body of the 200, or None for the general path: the lockout, the token, the
-    read or the create, and the JSON, as the general path makes them. A create's call
-    and outcome go to ``made`` before anything else can fail."""
+class _Page(NamedTuple):
+    """A search's page: its JSON, how many threads match and the next page's offset
+    (None: this is the last), as the endpoint's headers say them."""
+
+    body: bytes
+    total: int
+    next: int | None
+
+
+def _answer(
+    meta: dict[str, str], token: str, asked: _Read, made: list[Ahead]
+) -> bytes | _Page | None:
+    """The body of the 200 (b"" for a delete's 204), or None for the general path: the
+    lockout, the token, the read or the write, and the JSON, as the general path makes
+    them. A write's call and outcome go to ``made`` before anything else can fail."""
     from api import threads
     from api.routers import threads as thread_routes
 
@@ -288,19 +321,33 @@ def _answer(meta: dict[str, str], token: str, asked: _Read, made: list[Ahead]) -
             at=None,
         )
         return dumps([state_dump(state) for state in states])
+    if asked.kind == "search":
+        payload = asked.payload
+        out, total = thread_routes._search_threads(who, payload)
+        body = dumps([thread_dump(item, unset=True) for item in out])
+        more = payload.offset + len(out) < total
+        return _Page(body, total, payload.offset + len(out) if more else None)
     # A write: whatever happens from here, the general path must not make it again; it
     # takes this outcome instead (its endpoint's db_ahead) if the answer is not sent here.
-    create = thread_routes._create_thread
-    plan: aio.Plan = (create, (who, asked.payload), {})
+    plan: aio.Plan
+    if asked.kind == "delete":
+        plan = (threads.delete_thread, (who, asked.thread_id), {})
+    else:
+        plan = (thread_routes._create_thread, (who, asked.payload), {})
+    fn, args, _ = plan
     try:
-        made.append((plan, (True, create(who, asked.payload))))
+        made.append((plan, (True, fn(*args))))
     except Exception as exc:  # noqa: BLE001 - raised by the endpoint, where it raised it
         made.append((plan, (False, exc)))
         return None
+    if asked.kind == "delete":
+        return b""
     return dumps(thread_dump(made[0][1][1], unset=False))
 
 
-def _job(meta: dict[str, str], token: str, asked: _Read) -> tuple[bytes | None, Ahead | None]:
+def _job(
+    meta: dict[str, str], token: str, asked: _Read
+) -> tuple[bytes | _Page | None, Ahead | None]:
     made: list[Ahead] = []
     try:
         body = aio.run_job(_answer, (meta, token, asked, made), {})
@@ -351,16 +398,20 @@ class _Body:
         self.body = body
 
 
-def _create_payload(body: bytes, meta: dict[str, str]) -> Any:
-    """The body of a create as django-ninja reads and validates it, or None (nothing
-    is written for a body that would be refused)."""
+_SEARCH_FIELDS = frozenset(ThreadSearchIn.model_fields)
+"""The fields of a search (every one the SDK sends; the endpoint's code reads them all)."""
+
+
+def _payload(body: bytes, meta: dict[str, str], schema: Any, fields: frozenset[str]) -> Any:
+    """The body of a create or a search as django-ninja reads and validates it, or None
+    (nothing is written or read for a body that would be refused)."""
     if not meta.get("CONTENT_TYPE", "").startswith("application/json"):
         return None
     try:
         data = StrictJsonParser().parse_body(_Body(body))  # type: ignore[arg-type]
-        if not isinstance(data, dict) or not set(data) <= _CREATE_FIELDS:
+        if not isinstance(data, dict) or not set(data) <= fields:
             return None
-        return ThreadCreateIn.model_validate(data)
+        return schema.model_validate(data)
     except Exception:  # noqa: BLE001 - the general path refuses it with its own 4xx
         return None
 
@@ -373,12 +424,15 @@ always sends (the endpoint validates it and reads nothing else from it)."""
 def match(scope: Scope) -> bool:
     """``scope`` may be a hot read (the rest is checked by :func:`serve`)."""
     method = scope.get("method")
-    if method not in ("GET", "POST") or scope.get("root_path"):
+    if method not in ("GET", "POST", "DELETE") or scope.get("root_path"):
         return False
     query = scope.get("query_string", b"")
-    if scope.get("path") == "/threads":
+    path = scope.get("path", "")
+    if method == "DELETE":
+        return not query and _THREAD.fullmatch(path) is not None
+    if path in ("/threads", "/threads/search"):
         return method == "POST" and not query
-    found = _PATH.fullmatch(scope.get("path", ""))
+    found = _PATH.fullmatch(path)
     if found is None:
         return False
     if method == "GET":
@@ -421,11 +475,30 @@ async def serve(
     # Both signals have only sync receivers (_check saw to it): sent on the loop, as
     # criogen.asgi sends them for the API's async views.
     signals.request_started.send(sender=sender, scope=scope)
+    status, headers = (204 if ready.asked.kind == "delete" else 200), ready.headers
+    if isinstance(content, _Page):
+        headers = _paged(headers, content)
+        content = content.body
     length = str(len(content)).encode()
-    headers = [(n, length if n == b"Content-Length" else v) for n, v in ready.headers]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    headers = [(n, length if n == b"Content-Length" else v) for n, v in headers]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": content})
     signals.request_finished.send(sender=sender)
+
+
+def _paged(headers: list[tuple[bytes, bytes]], page: _Page) -> list[tuple[bytes, bytes]]:
+    """A search's headers with its page's ``X-Pagination-Total`` and ``-Next`` (none
+    after the last page), where its endpoint sets them."""
+    out = []
+    for name, value in headers:
+        if name == _TOTAL:
+            value = str(page.total).encode()
+        elif name == _NEXT:
+            if page.next is None:
+                continue
+            value = str(page.next).encode()
+        out.append((name, value))
+    return out
 
 
 def sync_receivers_only(signal: Signal, sender: type) -> bool:
@@ -444,7 +517,7 @@ class _Ready(NamedTuple):
     token: str
     asked: _Read
     headers: list[tuple[bytes, bytes]]
-    """The 200's headers (its ``Content-Length`` is set with the body)."""
+    """The answer's headers (its ``Content-Length`` is set with the body)."""
 
 
 def _check(scope: Scope, body: bytes, sender: type) -> _Ready | None:
@@ -476,7 +549,7 @@ def _check(scope: Scope, body: bytes, sender: type) -> _Ready | None:
         return None
     if client := scope.get("client"):
         meta["REMOTE_ADDR"] = str(client[0])
-    return _Ready(meta, token, asked, _response_headers(secure, 0))
+    return _Ready(meta, token, asked, _response_headers(secure, asked.kind))
 
 
 def _asked(scope: Scope, body: bytes, meta: dict[str, str]) -> _Read | None:
@@ -484,13 +557,40 @@ def _asked(scope: Scope, body: bytes, meta: dict[str, str]) -> _Read | None:
     answered here."""
     path = scope["path"]
     if path == "/threads":
-        payload = _create_payload(body, meta)
+        payload = _payload(body, meta, ThreadCreateIn, _CREATE_FIELDS)
         return None if payload is None else _Read("create", payload=payload)
+    if path == "/threads/search":
+        payload = _payload(body, meta, ThreadSearchIn, _SEARCH_FIELDS)
+        if payload is None or (payload.extract and len(payload.extract) > 10):
+            return None  # refused by the endpoint before it searches
+        return _Read("search", payload=payload)
+    if scope["method"] == "DELETE":
+        return _delete(path)
     thread_id = path[len("/threads/") : path.rindex("/")]
     if scope["method"] == "GET":
         return _Read("state", thread_id)
     limit = _limit(body, meta)
     return None if limit is None else _Read("history", thread_id, limit)
+
+
+def _delete(path: str) -> _Read | None:
+    """A delete of the thread at ``path``, if that path is the thread's (not
+    ``/threads/search`` or another endpoint's)."""
+    from django.urls import resolve
+
+    thread_id = path[len("/threads/") :]
+    found = resolve(path)
+    if found.url_name != _thread_url_name() or found.kwargs != {"thread_id": thread_id}:
+        return None
+    return _Read("delete", thread_id)
+
+
+def _thread_url_name() -> str | None:
+    """The URL name of a thread's own path (django-ninja names it after its first
+    operation)."""
+    from django.urls import resolve
+
+    return resolve("/threads/t").url_name
 
 
 def _max_body() -> int:

@@ -118,6 +118,8 @@ class _TokenStatement:
         """The token's columns of a row, each through its field's database converters
         (as :meth:`Columns.instance` converts them), in ``token.fields`` order."""
         converted = list(values)
+        if not any(self.token.converters):  # PostgreSQL's datetimes need none
+            return converted
         connection = connections[self.token.alias]
         table = self.token.model._meta.db_table
         for i, (field, converters) in enumerate(

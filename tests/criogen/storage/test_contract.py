@@ -412,10 +412,9 @@ def test_a_history_page_has_the_states_its_checkpoints_have_one_at_a_time(
     ]
     assert page[0].state == {"steps": ["reset", "y", {"z": [1]}], "log": ["one", "three"], "n": 3}
     assert page[5].state == {"steps": ["a", "b", "c"], "log": ["one", "two"], "n": 2}
-    for start in range(len(page)):
-        assert storage.history(line.thread_id, limit=3, before=page[start].version + 1) == (
-            page[start : start + 3]
-        )
+    for start, cp in enumerate(page):
+        three = storage.history(line.thread_id, limit=3, before=cp.version + 1)
+        assert three == page[start : start + 3]
     # No two states share a list, not even two that point at the same value row.
     assert page[2].value_versions["steps"] == page[3].value_versions["steps"]
     page[2].state["steps"].append("changed")

@@ -23,11 +23,7 @@ from criogen.engine.checkpoints import (
     ThreadId,
 )
 from criogen.engine.errors import CheckpointNotFound
-from criogen.engine.store import (
-    AuditRecord,
-    ValueRow,
-    build_state,
-)
+from criogen.engine.store import AuditRecord
 from criogen.storage.orm.audit import OrmAudit
 
 __all__ = ["OrmReads"]
@@ -59,6 +55,23 @@ def _loads(text: str) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(text)
+
+
+class Chains:
+    """What :meth:`OrmReads._chain` remembers of the append chains of one page of states."""
+
+    __slots__ = ("seen", "shared")
+
+    def __init__(self, checkpoints: Sequence[Checkpoint]) -> None:
+        self.shared: dict[str, set[int]] = {}
+        """By key, the versions states of the page point at: remembered when walked (none
+        for a page of one state)."""
+        if len(checkpoints) > 1:
+            for cp in checkpoints:
+                for key, version in cp.value_versions.items():
+                    self.shared.setdefault(key, set()).add(version)
+        self.seen: dict[tuple[str, int], tuple[str | None, list[str], int]] = {}
+        """``(key, version)``: the chain's base, its items' list, how many are the row's."""
 
 
 _HEADS_CHUNK = 100
@@ -103,32 +116,35 @@ class OrmReads(OrmAudit):
         bare = [self._bare(thread_id, row) for row in rows]
         if not bare:
             return bare
-        values = self._values(bare).get(thread_id, {})
+        values = {(row[1], row[2]): row for row in self._value_rows(bare)}
+        chains = Chains(bare)
         for cp in bare:
             # The state dict is this checkpoint's own (made empty by _bare): filled in
             # place rather than through dataclasses.replace, which copies every field
             # (a tenth of a 50-state history page's CPU).
-            cp.state.update(build_state(cp.value_versions, values, _loads))
+            self._fill(cp, values, chains)
         return bare
 
-    def _values(
-        self, checkpoints: Sequence[Checkpoint]
-    ) -> dict[str, dict[tuple[str, int], ValueRow]]:
-        """The value rows the checkpoints' states are built from, by thread, in one query.
+    def _value_rows(self, checkpoints: Sequence[Checkpoint]) -> list[Any]:
+        """The value rows the checkpoints' states are built from, of every thread, in one
+        query: ``(thread_id, state_key, version, kind, data, prev)``, ``data`` as stored.
 
         Each key of each thread is one index range scan on ``(thread, key, version)``:
         from the start of the rows that build its value (``value_bases``) to its tip. A
-        range may also hold rows of another line of the thread (a fork); ``build_state``
+        range may also hold rows of another line of the thread (a fork); :meth:`_fill`
         follows the ``prev`` pointers and skips them.
         """
         ranges: dict[tuple[str, str], tuple[int, int]] = {}
         for cp in checkpoints:
+            bases = cp.value_bases
             for key, version in cp.value_versions.items():
-                base = cp.value_bases.get(key, 0)
-                low, high = ranges.get((cp.thread_id, key), (base, version))
-                ranges[(cp.thread_id, key)] = (min(low, base), max(high, version))
+                base = bases.get(key, 0)
+                known = ranges.get((cp.thread_id, key))
+                if known is not None:
+                    base, version = min(known[0], base), max(known[1], version)
+                ranges[(cp.thread_id, key)] = (base, version)
         if not ranges:
-            return {}
+            return []
         # Only placeholders are interpolated into the SQL text. The thread id is in each
         # term so that every term is an index range of its own (SQLite's OR optimisation
         # and PostgreSQL's BitmapOr both need that).
@@ -140,10 +156,90 @@ class OrmReads(OrmAudit):
         params: list[Any] = []
         for (thread_id, key), (low, high) in sorted(ranges.items()):
             params += [thread_id, key, low, high]
-        out: dict[str, dict[tuple[str, int], ValueRow]] = {}
-        for thread_id, key, version, kind, data, prev in self._fetch(sql, params):
-            out.setdefault(thread_id, {})[(key, version)] = ValueRow(kind, self._open(data), prev)
-        return out
+        return self._fetch(sql, params)
+
+    def _fill(
+        self, cp: Checkpoint, rows: dict[tuple[str, int], Sequence[Any]], chains: Chains
+    ) -> None:
+        """Build ``cp``'s state into ``cp.state``, as :func:`build_state` builds it, from
+        its thread's value rows (by ``(key, version)``, as :meth:`_value_rows` fetched
+        them).
+
+        An appended list is its chain's items, decoded once as one array. ``chains``
+        remembers each append row already walked (:meth:`_chain`): the states of a
+        history page share their chains, so each row is opened once, not once per state.
+        Values are decoded for each state: no two states share a list.
+        """
+        state = cp.state
+        for key, version in cp.value_versions.items():
+            row = rows[(key, version)]
+            if row[3] != "a":
+                state[key] = _loads(self._open(row[4]))
+                continue
+            base, items = self._chain(key, version, rows, chains)
+            value: list[Any] = []
+            if base is not None:
+                decoded = _loads(base)
+                if decoded is not None:
+                    value = list(decoded)
+            if items:
+                value.extend(_loads("[" + ",".join(items) + "]"))
+            state[key] = value
+
+    def _chain(
+        self,
+        key: str,
+        version: int,
+        rows: dict[tuple[str, int], Sequence[Any]],
+        chains: Chains,
+    ) -> tuple[str | None, list[str]]:
+        """For the append row ``(key, version)``: the opened text of the whole value its
+        chain starts from (None when the chain's first row is an append) and the items of
+        its appends, oldest first, each without its brackets (empty appends left out).
+
+        ``chains`` holds, for the rows other states of the page point at (its
+        ``shared`` versions of ``key``), their chain's base, a list of items and how many
+        of them are the row's: rows of one line share one list, so a chain is walked and
+        its rows opened once for all the states of a page, and each state's items are a
+        slice of it (a long thread's list stays linear, not quadratic).
+        """
+        keep = chains.shared.get(key, ())
+        plain = self.cipher is None
+        walked: list[str] = []  # newest first
+        marks: list[tuple[int, int]] = []  # (version, index in walked) of rows to remember
+        at = version
+        while True:
+            if at in keep:
+                known = chains.seen.get((key, at))
+                if known is not None:
+                    base, items, count = known
+                    if not walked:
+                        return base, items[:count]
+                    if count < len(items):  # another line (a fork) goes on from this row
+                        items = items[:count]
+                    break
+                marks.append((at, len(walked)))
+            row = rows[(key, at)]
+            data = row[4]
+            # Without a key, text that starts as JSON does (a list does) is not sealed:
+            # _open would return it as it is.
+            if not plain or not data.startswith("["):
+                data = self._open(data)
+            if row[3] != "a":
+                base, items = data, []
+                break
+            walked.append(data)
+            if row[5] is None:
+                base, items = None, []
+                break
+            at = row[5]
+        for index in range(len(walked) - 1, -1, -1):
+            data = walked[index]
+            if data != "[]":
+                items.append(data[1:-1])
+            while marks and marks[-1][1] == index:
+                chains.seen[(key, marks.pop()[0])] = (base, items, len(items))
+        return base, items
 
     def heads(self, thread_ids: Sequence[str]) -> dict[str, Checkpoint]:
         # Two queries per 100 threads (the head rows through the thread row's
@@ -162,11 +258,11 @@ class OrmReads(OrmAudit):
                     chunk,
                 )
                 bare = [self._bare(row[0], row[1:]) for row in cur.fetchall()]
-            values = self._values(bare)
+            by_thread: dict[str, dict[tuple[str, int], Sequence[Any]]] = {}
+            for row in self._value_rows(bare):
+                by_thread.setdefault(row[0], {})[(row[1], row[2])] = row
             for cp in bare:
-                cp.state.update(
-                    build_state(cp.value_versions, values.get(cp.thread_id, {}), _loads)
-                )
+                self._fill(cp, by_thread.get(cp.thread_id, {}), Chains(()))
                 found[cp.thread_id] = cp
         return found
 

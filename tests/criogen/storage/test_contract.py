@@ -390,6 +390,37 @@ def test_a_fork_copies_the_value_versions_of_the_checkpoint_it_forks(
     assert storage.get_checkpoint(line.thread_id, v3.id).state == {"steps": ["a", "b", "c"], "n": 2}
 
 
+def test_a_history_page_has_the_states_its_checkpoints_have_one_at_a_time(
+    storage: Storage, line: Line
+) -> None:
+    # A page's states share their append chains (ORM storage walks each once): lines
+    # that fork, a reset, empty appends and a chain without a whole value must come out
+    # as each checkpoint's own state does.
+    line.write(storage, appends(log=["one"]) | sets(steps=["a"], n=0))
+    v2 = line.write(storage, appends(steps=["b"], log=[]) | sets(n=1))
+    line.write(storage, appends(steps=[], log=["two"]))
+    line.write(storage, appends(steps=["c"]) | sets(n=2))
+    line.write(storage, {}, source="fork", fork_of=v2)
+    line.write(storage, appends(steps=["x"], log=["three"]))
+    line.write(storage, sets(n=3))
+    line.write(storage, sets(steps=["reset"]))
+    line.write(storage, appends(steps=["y", {"z": [1]}]))
+
+    page = storage.history(line.thread_id)
+    assert [cp.state for cp in page] == [
+        storage.get_checkpoint(line.thread_id, cp.id).state for cp in page
+    ]
+    assert page[0].state == {"steps": ["reset", "y", {"z": [1]}], "log": ["one", "three"], "n": 3}
+    assert page[5].state == {"steps": ["a", "b", "c"], "log": ["one", "two"], "n": 2}
+    for start, cp in enumerate(page):
+        three = storage.history(line.thread_id, limit=3, before=cp.version + 1)
+        assert three == page[start : start + 3]
+    # No two states share a list, not even two that point at the same value row.
+    assert page[2].value_versions["steps"] == page[3].value_versions["steps"]
+    page[2].state["steps"].append("changed")
+    assert page[3].state["steps"] == ["a", "b", "x"]
+
+
 def test_it_round_trips_the_checkpoint_fields(storage: Storage, line: Line) -> None:
     w = line.next(sets(order={"id": 42, "lines": [1.5, None, True, "é"]}), status="suspended")
     cp = w.checkpoint

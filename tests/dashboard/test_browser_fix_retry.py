@@ -68,11 +68,13 @@ def test_a_running_run_is_cancelled_from_its_thread_page(
     # Node b waits for the gate, so the run is still running when the operator gets to
     # the button however long the browser takes (a fixed sleep ended the run first on a
     # loaded machine, and the live update took the button away); the gate opens once the
-    # cancel is requested.
+    # cancel is requested. The click waits for the socket's first push, which re-renders
+    # the actions: a click on the button it replaces is lost (wait_live).
     gate = tmp_path / "gate"
     tid, run_id = start_steps(dashboard_server, {"n": 0, "gate": str(gate)}, join=False)
     page = signed_in("olga")
     page.goto(f"/ui/threads/{tid}/")
+    wait_live(page)
     row = page.locator(f'#actions tr[data-run="{run_id}"]')
     row.get_by_role("button", name="Cancel").click()
     expect(page.locator("#actions [role=status]")).to_contain_text("Cancel")

@@ -19,53 +19,9 @@ from api import aio, hot
 from criogen import asgi, registry
 from criogen.services.tokens import issue_token
 from criogen.storage.models import Thread
+from tests.api.asgi import Answer, asgi_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
-
-
-async def _call(
-    app: Any,
-    method: str,
-    path: str,
-    headers: list[tuple[bytes, bytes]],
-    query: bytes = b"",
-    body: bytes = b"",
-    scheme: str = "http",
-) -> Answer:
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": scheme,
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query,
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 40000),
-        "server": ("testserver", 80),
-    }
-    request = [{"type": "http.request", "body": body, "more_body": False}]
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        if request:
-            return request.pop()
-        await asyncio.Event().wait()
-        raise AssertionError
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    return (
-        sent[0]["status"],
-        list(sent[0]["headers"]),
-        b"".join(m.get("body", b"") for m in sent[1:]),
-    )
 
 
 async def _both(
@@ -80,10 +36,10 @@ async def _both(
     """Which path answered through the site's application, its answer, and the API
     handler's answer to the same request."""
     before = dict(hot._served)
-    answer = await _call(asgi.application, method, path, headers, query, body, scheme)
+    answer = await asgi_call(asgi.application, method, path, headers, query, body, scheme)
     which = "hot" if hot._served["hot"] > before["hot"] else "general"
     handler = general or asgi.api_asgi_app
-    return which, answer, await _call(handler, method, path, headers, query, body, scheme)
+    return which, answer, await asgi_call(handler, method, path, headers, query, body, scheme)
 
 
 @pytest.fixture(autouse=True)
@@ -204,12 +160,12 @@ async def test_a_bad_token_counts_once_and_a_locked_out_address_gets_the_429(
 
     settings.CRIOGEN_AUTH_FAILURE_LIMIT = 2
     count_key, _ = _keys("127.0.0.1")
-    status, _, _ = await _call(asgi.application, "GET", cast["state"], _headers("crg_bad"))
+    status, _, _ = await asgi_call(asgi.application, "GET", cast["state"], _headers("crg_bad"))
     assert status == 401
     assert cache.get(count_key) == 1
-    await _call(asgi.application, "GET", cast["state"], _headers("crg_bad"))
+    await asgi_call(asgi.application, "GET", cast["state"], _headers("crg_bad"))
     before = dict(hot._served)
-    status, headers, _ = await _call(
+    status, headers, _ = await asgi_call(
         asgi.application, "GET", cast["state"], _headers(cast["alice"])
     )
     assert status == 429
@@ -253,14 +209,14 @@ async def test_the_headers_follow_the_settings_as_the_middleware_does(
         assert answer == expected, (overrides, scheme, method)
     # A delete's 204: two like threads, one deleted by each path.
     alice = _headers(cast["alice"])
-    made = await _call(asgi.application, "POST", "/threads", alice, body=b"{}", scheme=scheme)
-    again = await _call(asgi.application, "POST", "/threads", alice, body=b"{}", scheme=scheme)
+    made = await asgi_call(asgi.application, "POST", "/threads", alice, body=b"{}", scheme=scheme)
+    again = await asgi_call(asgi.application, "POST", "/threads", alice, body=b"{}", scheme=scheme)
     if made[0] == 200:  # else (a host not allowed, an SSL redirect) nothing to delete
         mine, theirs = _ids(made, again)
-        answer = await _call(
+        answer = await asgi_call(
             asgi.application, "DELETE", f"/threads/{mine}", _headers(cast["alice"]), scheme=scheme
         )
-        expected = await _call(
+        expected = await asgi_call(
             general, "DELETE", f"/threads/{theirs}", _headers(cast["alice"]), scheme=scheme
         )
         assert answer[0] == 204, answer
@@ -293,7 +249,7 @@ async def test_a_failed_read_is_made_again_by_the_handler(
 
     monkeypatch.setattr("api.threads.get_state", flaky)
     before = dict(hot._served)
-    status, _, _ = await _call(asgi.application, "GET", cast["state"], _headers(cast["alice"]))
+    status, _, _ = await asgi_call(asgi.application, "GET", cast["state"], _headers(cast["alice"]))
     assert status == 200
     assert calls["n"] == 2
     assert hot._served["general"] == before["general"] + 1
@@ -383,11 +339,11 @@ async def test_a_create_is_answered_hot_and_as_the_handler_answers(
         mine, theirs = f"hot-{n:04}-a", f"hot-{n:04}-b"
         creates.clear()
         before = dict(hot._served)
-        answer = await _call(
+        answer = await asgi_call(
             asgi.application, "POST", "/threads", headers, body=body.replace(b"ID", mine.encode())
         )
         assert hot._served["hot"] == before["hot"] + 1, (body, answer)
-        general = await _call(
+        general = await asgi_call(
             asgi.api_asgi_app,
             "POST",
             "/threads",
@@ -434,17 +390,17 @@ async def test_a_refused_create_is_the_handlers_error_made_once(
     for body, status, calls in cases:
         creates.clear()
         before = dict(hot._served)
-        answer = await _call(asgi.application, "POST", "/threads", _headers(alice), body=body)
+        answer = await asgi_call(asgi.application, "POST", "/threads", _headers(alice), body=body)
         assert hot._served["general"] == before["general"] + 1, body
         assert answer[0] == status, (answer, body)
         assert len(creates) == calls, (body, creates)
         creates.clear()
-        general = await _call(asgi.api_asgi_app, "POST", "/threads", _headers(alice), body=body)
+        general = await asgi_call(asgi.api_asgi_app, "POST", "/threads", _headers(alice), body=body)
         assert answer == general, body
     # With supersteps, the handler makes the create.
     creates.clear()
     body = b'{"metadata": {"graph_id": "steps"}, "supersteps": []}'
-    answer = await _call(asgi.application, "POST", "/threads", _headers(alice), body=body)
+    answer = await asgi_call(asgi.application, "POST", "/threads", _headers(alice), body=body)
     assert answer[0] == 200
     assert len(creates) == 1
 
@@ -456,7 +412,7 @@ async def test_a_create_whose_answer_fails_is_answered_by_the_handler_not_made_a
         raise RuntimeError("the answer could not be written")
 
     monkeypatch.setattr(hot, "thread_dump", broken)
-    status, _, body = await _call(
+    status, _, body = await asgi_call(
         asgi.application, "POST", "/threads", _headers(cast["alice"]), body=b"{}"
     )
     assert status == 200
@@ -653,9 +609,9 @@ async def test_a_delete_is_answered_hot_and_as_the_handler_answers(
     for headers, mine, theirs in cases:
         deletes.clear()
         before = dict(hot._served)
-        answer = await _call(asgi.application, "DELETE", f"/threads/{mine}", headers)
+        answer = await asgi_call(asgi.application, "DELETE", f"/threads/{mine}", headers)
         assert hot._served["hot"] == before["hot"] + 1, mine
-        general = await _call(asgi.api_asgi_app, "DELETE", f"/threads/{theirs}", headers)
+        general = await asgi_call(asgi.api_asgi_app, "DELETE", f"/threads/{theirs}", headers)
         assert answer[0] == 204, answer
         assert answer == general, mine
         assert deletes == [mine, theirs]
@@ -684,12 +640,12 @@ async def test_a_refused_delete_is_the_handlers_error_made_once(
     for headers, path, status, calls in cases:
         deletes.clear()
         before = dict(hot._served)
-        answer = await _call(asgi.application, "DELETE", path, headers)
+        answer = await asgi_call(asgi.application, "DELETE", path, headers)
         assert hot._served["general"] == before["general"] + 1, path
         assert answer[0] == status, (answer, path)
         assert len(deletes) == calls, (path, deletes)
         deletes.clear()
-        general = await _call(asgi.api_asgi_app, "DELETE", path, headers)
+        general = await asgi_call(asgi.api_asgi_app, "DELETE", path, headers)
         assert answer == general, path
     assert (await aio.db(_deleted, "s-011"))[0]
     assert (await aio.db(_deleted, "s-012"))[0]

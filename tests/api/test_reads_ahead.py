@@ -20,6 +20,7 @@ from api import aio
 from criogen.asgi import api_asgi_app
 from criogen.services.tokens import issue_token
 from criogen.storage.models import AuditEvent, Thread
+from tests.api.asgi import asgi_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,35 +31,8 @@ async def _call(
     headers = [(b"host", b"testserver"), (b"content-type", b"application/json")]
     if token:
         headers.append((b"x-api-key", token.encode()))
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query.encode(),
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 40000),
-        "server": ("testserver", 80),
-    }
-    request = [{"type": "http.request", "body": body, "more_body": False}]
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        if request:
-            return request.pop()
-        await asyncio.Event().wait()
-        raise AssertionError
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await api_asgi_app(scope, receive, send)
-    body = b"".join(m.get("body", b"") for m in sent[1:])
-    return sent[0]["status"], json.loads(body) if body else None
+    status, _, body = await asgi_call(api_asgi_app, method, path, headers, query.encode(), body)
+    return status, json.loads(body) if body else None
 
 
 @pytest.fixture(autouse=True)

@@ -948,6 +948,20 @@ async def log_stream(
                     return
             if rows:
                 continue
+            if cursor == after and not await db(has_log, run_id):
+                # The log was pruned (past its retention) between the request's look and
+                # this read: the events are rebuilt from the checkpoints, as they are for
+                # a request that comes after the pruning.
+                ended = True
+                async for chunk in sse_stream(
+                    run_id=run_id,
+                    thread_id=thread_id,
+                    modes=modes or run_modes,
+                    cancel_on_disconnect=cancel_on_disconnect,
+                    cancelled_by=cancelled_by,
+                ):
+                    yield chunk
+                return
             # Silent since the last event sent (not the last wake-up: a filtered replay
             # can be woken often and send nothing).
             quiet = max(0.0, heartbeat_seconds() - (clock() - sent))
@@ -958,9 +972,12 @@ async def log_stream(
                 sent = clock()
                 # Nothing for a while: if the producer is gone, write what it would have.
                 try:
-                    await db(advance_log, run_id, thread_id, run_modes, {})
+                    _, over, _ = await db(advance_log, run_id, thread_id, run_modes, {})
                 except Exception:  # noqa: BLE001 - the next heartbeat tries again
                     logger.warning("could not fill in the log of run %s", run_id, exc_info=True)
+                else:
+                    if over and not await db(has_log, run_id):
+                        return  # pruned while this reader waited: nothing more will come
     finally:
         await layer.group_discard(stream_group(run_id), name)
         if not ended and cancel_on_disconnect:

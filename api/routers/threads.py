@@ -91,8 +91,10 @@ async def search_threads(request: HttpRequest, payload: ThreadSearchIn) -> HttpR
     """Threads by metadata, state values, status and ids; ``limit`` 1 to
     ``CRIOGEN_MAX_SEARCH_LIMIT`` (default min(20, cap)), ``offset``, ``sort_by``.
 
-    As LangGraph's server, the answer carries ``X-Pagination-Total`` (how many threads
-    match) and, when more follow this page, ``X-Pagination-Next`` (the next offset)."""
+    As LangGraph's server, when more threads follow this page the answer carries
+    ``X-Pagination-Next`` (the next offset) and ``X-Pagination-Total`` one more than it
+    (at least that many match); on the last page ``X-Pagination-Total`` is how many
+    match. ``POST /threads/count`` counts them exactly."""
     if payload.extract and len(payload.extract) > 10:
         raise InvalidArgument("extract takes at most 10 paths.", field="extract")
     out, total = await db(_search_threads, principal(request), payload)

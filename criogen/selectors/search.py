@@ -140,17 +140,23 @@ def search_threads(
 def search_page(
     who: Who, **search: Unpack[ThreadSearch]
 ) -> tuple[list[tuple[Thread | ThreadRow, Checkpoint | None]], int]:
-    """:func:`search_threads`' page, and how many threads match (a search's
-    ``X-Pagination-Total``). A page shorter than the limit ends the list, so it tells
-    the total; a full page (or an empty one past the end) needs a count, which counts
-    the queryset the page came from instead of building it again. On PostgreSQL the
-    rows of most shapes are :class:`ThreadRow` objects (one prepared statement, below)."""
+    """:func:`search_threads`' page, and a search's ``X-Pagination-Total``, as
+    LangGraph's server gives it: when more threads follow the page, ``offset + limit +
+    1`` (the next page's offset plus one: at least that many match); on the last page,
+    ``offset`` + its rows, the exact total. The page is read with one row more than the
+    limit to tell which, so no search counts its matches (:func:`count_threads` does,
+    for ``POST /threads/count``), except one past the end of the list: an empty page
+    at an offset counts them, where LangGraph's server answers the offset. On
+    PostgreSQL the rows of most shapes are :class:`ThreadRow` objects (one prepared
+    statement, below)."""
     fast = _fast_page(who, **search)
     if fast is not None:
         return fast
-    found, qs, limit = _search(who, **search)
+    found, qs, limit = _search(who, peek=True, **search)
     offset = search.get("offset", 0)
-    if len(found) < limit and (found or not offset):
+    if len(found) > limit:
+        return found[:limit], offset + limit + 1
+    if found or not offset:
         return found, offset + len(found)
     if search.get("values"):
         return found, count_threads(
@@ -199,9 +205,12 @@ def _search(
     offset: int = 0,
     sort_by: str | None = None,
     sort_order: str | None = None,
+    peek: bool = False,
 ) -> tuple[list[tuple[Thread, Checkpoint | None]], QuerySet[Thread], int]:
-    """The page, the filtered threads it came from, and the limit applied."""
+    """The page, the filtered threads it came from, and the limit applied; with
+    ``peek``, the page has one row more when one follows it (:func:`search_page`)."""
     limit, field, descending = _checked(limit, offset, sort_by, sort_order)
+    wanted = limit + peek
     # Ties (threads created in one transaction share created_at) go by id, in the same
     # direction: then an index on (field, id) gives the page in order and the database
     # stops after it, where a mixed order would sort every matching thread first.
@@ -212,11 +221,11 @@ def _search(
     if not values:
         rows = None
         if metadata:
-            rows = _page_from_window(listed, metadata, field, descending, offset, limit)
+            rows = _page_from_window(listed, metadata, field, descending, offset, wanted)
         if rows is None and field != "rest_status":
-            rows = _with_status(qs[offset : offset + limit], field, descending)
+            rows = _with_status(qs[offset : offset + wanted], field, descending)
         if rows is None:
-            rows = list(qs[offset : offset + limit])
+            rows = list(qs[offset : offset + wanted])
         heads = thread_heads(rows)
         return [(row, heads.get(row.id)) for row in rows], qs, limit
     # State values live in checkpoints, not in the thread row: filter the candidates by
@@ -231,7 +240,7 @@ def _search(
             skipped += 1
             continue
         out.append((row, head))
-        if len(out) >= limit:
+        if len(out) >= wanted:
             break
     return out, qs, limit
 
@@ -343,16 +352,16 @@ def count_threads(
 
 # -- PostgreSQL: a search page in one prepared statement ---------------------------------
 # Built by the ORM, a search was the status rule's CASE and conditions, visibility and
-# metadata filters resolved and compiled on every request (twice: once for the page, once
-# more for the X-Pagination-Total count), then model instances: most of the request's
-# CPU. On PostgreSQL the common shapes (no state-values filter, no sort by status, string
-# metadata keys) are one hand-written statement per shape instead, written once per
-# process and prepared on the connection (criogen.storage.orm.base.pg_run): the page's
-# rows, each one's status, and the count when the page does not tell it, in one round
-# trip. The conditions are those the ORM path compiles, clause for clause (the status
-# rule of criogen.selectors.status, the metadata filters of filter_metadata, the owner
-# rule of criogen.selectors.visibility); the count takes two equivalent shortcuts
-# (_where's ``count``, _count). Tests compare both paths' answers on every shape.
+# metadata filters resolved and compiled on every request, then model instances: most of
+# the request's CPU. On PostgreSQL the common shapes (no state-values filter, no sort by
+# status, string metadata keys) are one hand-written statement per shape instead, written
+# once per process and prepared on the connection (criogen.storage.orm.base.pg_run): the
+# page's rows and the row after them, each one's status, and the X-Pagination-Total of
+# search_page (a count only past the end), in one round trip. The conditions are those
+# the ORM path compiles, clause for clause (the status rule of criogen.selectors.status,
+# the metadata filters of filter_metadata, the owner rule of
+# criogen.selectors.visibility); the count takes two equivalent shortcuts (_where's
+# ``count``, _count). Tests compare both paths' answers on every shape.
 
 
 class ThreadRow:
@@ -549,13 +558,15 @@ visibility map set (an index-only scan: 0.26 against 0.57 ms at offset 5,000) an
 def _page_sql(shape: _Shape, deep: bool) -> tuple[str, list[str]]:
     """The statement of a search page of ``shape``, and its parameters' names.
 
-    Its rows: the page's threads in order, each with its status, then the count
-    (X-Pagination-Total): ``offset`` + the rows when the page is short and not past the
-    end (as :func:`search_page` tells it), else every matching thread counted. An empty
-    page still answers one row (all NULL but the count). With ``window`` (metadata
-    filters, :func:`_page_from_window`), the page comes from the first ``window`` rows
-    of the unfiltered list, and the count is NULL when those did not fill it (the caller
-    then asks without the window).
+    Its rows: the page's threads in order (``fetch``: one more than the limit, to tell
+    whether more follow), each with its status, then the X-Pagination-Total of
+    :func:`search_page`: ``offset + limit + 1`` when more follow, ``offset`` + the rows
+    on the last page, every matching thread counted on an empty page past the end (the
+    count is not evaluated otherwise). An empty page still answers one row (all NULL but
+    the total). With ``window`` (metadata filters, :func:`_page_from_window`), the page
+    comes from the first ``window`` rows of the unfiltered list, and the total is NULL
+    when those did not hold the page and the row after it (the caller then asks without
+    the window).
 
     ``deep`` (from :data:`DEEP_OFFSET` on, no window): the list is walked for ids only
     (an index-only scan of the owner's list index where the visibility map allows), and
@@ -566,7 +577,6 @@ def _page_sql(shape: _Shape, deep: bool) -> tuple[str, list[str]]:
     order = f'"{shape.field}" {direction}, "id" {direction}'
     cols = ", ".join(f'"{c}"' for c in _PAGE_COLUMNS)
     where, names = _where(shape, "t")
-    counted, count_names = _count(shape)
     if shape.window:
         inner, inner_names = _where(shape, "t", metadata=False)
         meta, meta_names = _where(
@@ -576,10 +586,10 @@ def _page_sql(shape: _Shape, deep: bool) -> tuple[str, list[str]]:
             f'SELECT w.* FROM (SELECT {cols} FROM "{_T}" t WHERE {inner}'  # noqa: S608
             f" ORDER BY {order} LIMIT %s) w WHERE {meta} ORDER BY {order} LIMIT %s OFFSET %s"
         )
-        page_names = [*inner_names, "window", *meta_names, "limit", "offset"]
-        # Any short page: the window may have ended before the matches did.
-        short = "n.n < %s THEN NULL"
-        short_names: list[str] = ["limit"]
+        page_names = [*inner_names, "window", *meta_names, "fetch", "offset"]
+        # No row after the page: the window may have ended before the matches did.
+        total = "CASE WHEN n.n > %s THEN %s::bigint + %s + 1 END"
+        total_names: list[str] = ["limit", "offset", "limit"]
     else:
         if deep:
             keys = ", ".join(dict.fromkeys((f't."{shape.field}"', 't."id"')))
@@ -593,22 +603,25 @@ def _page_sql(shape: _Shape, deep: bool) -> tuple[str, list[str]]:
                 f'SELECT {cols} FROM "{_T}" t WHERE {where}'  # noqa: S608
                 f" ORDER BY {order} LIMIT %s OFFSET %s"
             )
-        page_names = [*names, "limit", "offset"]
-        # A short page ends the list, unless it is empty past the end (then count).
-        short = "n.n < %s AND (n.n > 0 OR %s = 0) THEN %s + n.n"
-        short_names = ["limit", "offset", "offset"]
+        page_names = [*names, "fetch", "offset"]
+        # More follow; else the page ends the list, unless it is empty past the end.
+        counted, count_names = _count(shape)
+        total = (
+            "CASE WHEN n.n > %s THEN %s::bigint + %s + 1"
+            f" WHEN n.n > 0 OR %s = 0 THEN %s + n.n ELSE {counted} END"
+        )
+        total_names = ["limit", "offset", "limit", "offset", "offset", *count_names]
     sql = (
         f"WITH page AS ({page}), n AS (SELECT count(*) AS n FROM page)"  # noqa: S608
         f" SELECT {_row_select('p')},"
         f" {_status_case('p')},"
-        f" CASE WHEN {short}"
-        f" ELSE {counted} END"
+        f" {total}"
         f" FROM n LEFT JOIN page p ON TRUE ORDER BY p.{order.replace(', ', ', p.')}"
     )
-    return sql, [*page_names, "now", *short_names, *count_names]
+    return sql, [*page_names, "now", *total_names]
 
 
-_WRITTEN_IN = ("owner", "limit", "offset")
+_WRITTEN_IN = ("owner", "limit", "fetch", "offset")
 """The parameters :func:`_written_in` writes into a statement's text."""
 
 
@@ -629,7 +642,7 @@ def _written_in(
     asked again and again (:func:`_repeated`): the texts are per owner and page.
     """
     sql, names = _page_sql(shape, deep)
-    values = {"owner": owner, "limit": limit, "offset": offset}
+    values = {"owner": owner, "limit": limit, "fetch": limit + 1, "offset": offset}
     parts = sql.split("%s")
     out, kept = [parts[0]], []
     for name, part in zip(names, parts[1:], strict=True):
@@ -776,7 +789,7 @@ def _pg_search_page(
     from criogen.storage.orm.base import pg_run
 
     db = router.db_for_read(Thread)
-    window = bool(metadata) and (offset + limit) * WINDOW_PER_ROW <= WINDOW_MAX
+    window = bool(metadata) and (offset + limit + 1) * WINDOW_PER_ROW <= WINDOW_MAX
     found = _pg_shape(
         who,
         db,
@@ -793,7 +806,9 @@ def _pg_search_page(
     # The JSON text of the times is DjangoJSONEncoder's for UTC datetimes: what the
     # connection's times are with USE_TZ and the database's TIME_ZONE left as UTC.
     utc = bool(settings.USE_TZ) and connections[db].timezone_name == "UTC"
-    params.update(limit=limit, offset=offset, window=(offset + limit) * WINDOW_PER_ROW)
+    params.update(
+        limit=limit, fetch=limit + 1, offset=offset, window=(offset + limit + 1) * WINDOW_PER_ROW
+    )
     while True:
         deep = not shape.window and offset >= DEEP_OFFSET
         # An integer key is written in; any other (a custom user model's) is bound.
@@ -807,9 +822,9 @@ def _pg_search_page(
         total = rows[0][-1]
         if total is not None:
             break
-        # The window held fewer matches than the page: ask the metadata index.
+        # The window did not hold the page and the row after it: ask the metadata index.
         shape = replace(shape, window=False)
-    page = [ThreadRow(row, utc=utc) for row in rows if row[0] is not None]
+    page = [ThreadRow(row, utc=utc) for row in rows[:limit] if row[0] is not None]
     return page, int(total)
 
 

@@ -516,16 +516,18 @@ async def test_the_sdks_searches_are_answered_hot_and_as_the_handler_answers(
             assert which == "hot", body
             assert answer[0] == 200, (answer, body)
             assert answer == general, body
-    # The headers as the endpoint sets them: a total, and a next offset but on the last page.
+    # The headers as the endpoint sets them: while more follow, the next offset and one
+    # more as the total; on the last page, the total and no next offset.
     _, (_, headers, _), _ = await _both(
         "POST", "/threads/search", _headers(alice), b"", b'{"limit": 20, "offset": 0}'
     )
     names = dict(headers)
-    assert (names[b"X-Pagination-Total"], names[b"X-Pagination-Next"]) == (b"31", b"20")
+    assert (names[b"X-Pagination-Total"], names[b"X-Pagination-Next"]) == (b"21", b"20")
     _, (_, headers, _), _ = await _both(
         "POST", "/threads/search", _headers(alice), b"", b'{"limit": 20, "offset": 20}'
     )
     assert b"X-Pagination-Next" not in dict(headers)
+    assert dict(headers)[b"X-Pagination-Total"] == b"31"
 
 
 async def test_a_search_the_endpoint_refuses_goes_to_the_handler(seeded: dict[str, Any]) -> None:

@@ -208,3 +208,66 @@ async def test_every_page_carries_each_threads_own_status(
     assert await sdk.threads.search(metadata={"mark": mark, "kind": 1}) == []
     assert await sdk.threads.search(metadata={"mark": mark, "kind": True}) == []
     assert await sdk.threads.search(metadata={"mark": mark, "kind": None}) == []
+
+
+async def test_the_pagination_headers_are_langgraphs(
+    api_server: Server, seeded: tuple[str, list[dict[str, Any]]]
+) -> None:
+    """As LangGraph's server: while more threads follow, ``X-Pagination-Next`` is the
+    next offset and ``X-Pagination-Total`` one more (no search counts every match); the
+    last page, a page that ends exactly at the last thread among them, has no next and
+    the exact total; an empty page past the end has the exact total (LangGraph's server
+    gives the offset); ``/threads/count`` counts. With a common value (a window of the
+    newest threads on PostgreSQL), a rare one (the metadata index), a status and a
+    state-values filter (the ORM's path everywhere)."""
+    import httpx
+
+    mark, rows = seeded
+    common = {"mark": mark, "kind": "common"}
+    rare = {"mark": mark, "kind": "rare"}
+    headers = {"x-api-key": api_server.tokens["alice"]}
+    async with httpx.AsyncClient(base_url=api_server.url, headers=headers) as http:
+
+        async def page(**body: Any) -> tuple[list[str], str, str | None]:
+            answer = await http.post("/threads/search", json=body)
+            assert answer.status_code == 200, answer.text
+            found = [t["thread_id"] for t in answer.json()]
+            return (
+                found,
+                answer.headers["x-pagination-total"],
+                answer.headers.get("x-pagination-next"),
+            )
+
+        expected = _expected(rows, metadata=common)
+        assert len(expected) == 54
+        for limit, offset, total, after in [
+            (20, 0, "21", "20"),
+            (20, 20, "41", "40"),
+            (20, 40, "54", None),  # 14 threads: the last page
+            (27, 27, "54", None),  # a full page, and none after it
+            (54, 0, "54", None),
+            (53, 0, "54", "53"),
+            (20, 54, "54", None),  # past the end: counted
+            (20, 200, "54", None),
+        ]:
+            found, told, next_offset = await page(metadata=common, limit=limit, offset=offset)
+            assert found == expected[offset : offset + limit], (limit, offset)
+            assert (told, next_offset) == (total, after), (limit, offset)
+        rare_ids = _expected(rows, metadata=rare)
+        assert await page(metadata=rare, limit=5) == (rare_ids[:5], "6", "5")
+        assert await page(metadata=rare, limit=5, offset=5) == (rare_ids[5:], "9", None)
+        waiting = _expected(rows, metadata={"mark": mark}, status="interrupted")
+        assert await page(metadata={"mark": mark}, status="interrupted", limit=10) == (
+            waiting[:10],
+            "11",
+            "10",
+        )
+        assert await page(metadata={"mark": mark}, status="interrupted", limit=18) == (
+            waiting,
+            "18",
+            None,
+        )
+        # State values are read from the heads: none of these threads has one.
+        assert await page(metadata={"mark": mark}, values={"n": 1}, limit=5) == ([], "0", None)
+        count = await http.post("/threads/count", json={"metadata": common})
+        assert count.json() == 54

@@ -52,3 +52,21 @@ async def asgi_call(
         list(sent[0]["headers"]),
         b"".join(m.get("body", b"") for m in sent[1:]),
     )
+
+
+def get_state_failing_once(monkeypatch: Any) -> dict[str, int]:
+    """Make the API's ``get_state`` raise once (a lost connection), then read as usual;
+    returns the counter of its calls (``{"n": ...}``)."""
+    from api.threads import reads
+
+    calls = {"n": 0}
+    get_state = reads.get_state
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a lost connection")
+        return get_state(*args, **kwargs)
+
+    monkeypatch.setattr("api.threads.get_state", flaky)
+    return calls

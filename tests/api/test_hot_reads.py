@@ -19,7 +19,7 @@ from api import aio, hot
 from criogen import asgi, registry
 from criogen.services.tokens import issue_token
 from criogen.storage.models import Thread
-from tests.api.asgi import Answer, asgi_call
+from tests.api.asgi import Answer, asgi_call, get_state_failing_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -236,18 +236,7 @@ async def test_another_middleware_chain_turns_it_off(cast: dict[str, Any], setti
 async def test_a_failed_read_is_made_again_by_the_handler(
     cast: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from api.threads import reads
-
-    calls = {"n": 0}
-    get_state = reads.get_state
-
-    def flaky(*args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("a lost connection")
-        return get_state(*args, **kwargs)
-
-    monkeypatch.setattr("api.threads.get_state", flaky)
+    calls = get_state_failing_once(monkeypatch)
     before = dict(hot._served)
     status, _, _ = await asgi_call(asgi.application, "GET", cast["state"], _headers(cast["alice"]))
     assert status == 200

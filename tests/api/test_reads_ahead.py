@@ -20,7 +20,7 @@ from api import aio
 from criogen.asgi import api_asgi_app
 from criogen.services.tokens import issue_token
 from criogen.storage.models import AuditEvent, Thread
-from tests.api.asgi import asgi_call
+from tests.api.asgi import asgi_call, get_state_failing_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -123,18 +123,7 @@ async def test_errors_of_a_planned_read_are_the_endpoints(
 async def test_a_failed_plan_leaves_the_read_to_the_endpoint(
     alice_bob: dict[str, str], thread_id: str, jobs: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from api.threads import reads
-
-    calls = {"n": 0}
-    get_state = reads.get_state
-
-    def flaky(*args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("a lost connection")
-        return get_state(*args, **kwargs)
-
-    monkeypatch.setattr("api.threads.get_state", flaky)
+    calls = get_state_failing_once(monkeypatch)
     status, body = await _call("GET", f"/threads/{thread_id}/state", alice_bob["alice"])
     assert status == 200 and body["values"] == {}
     assert calls["n"] == 2

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Router, Schema, Status
 from pydantic import Field
 
 from api.aio import db
@@ -267,7 +267,7 @@ def patch_assistant(
 )
 def delete_assistant(
     request: HttpRequest, assistant_id: str, delete_threads: bool = False
-) -> tuple[int, None]:
+) -> Status[None]:
     """Delete an assistant and its runs; ``delete_threads`` also deletes the threads
     whose last assistant it was (operators only)."""
     who = principal(request)
@@ -275,7 +275,7 @@ def delete_assistant(
     services.delete_assistant(
         assistant_id=assistant_id, delete_threads=delete_threads, by=who.name or "api", door="api"
     )
-    return 204, None
+    return Status(204, None)
 
 
 @router.get(

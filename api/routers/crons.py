@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Router, Schema, Status
 from pydantic import Field
 
 from api import threads
@@ -291,7 +291,7 @@ def patch_cron(request: HttpRequest, cron_id: str, payload: CronPatchIn) -> dict
     operation_id="delete_cron",
     summary="Delete a cron",
 )
-def delete_cron(request: HttpRequest, cron_id: str) -> tuple[int, None]:
+def delete_cron(request: HttpRequest, cron_id: str) -> Status[None]:
     """Delete the cron (runs it started stay)."""
     crons.delete_cron(cron=load_cron(principal(request), cron_id))
-    return 204, None
+    return Status(204, None)

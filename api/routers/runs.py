@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from ninja import Query, Router
+from ninja import Query, Router, Status
 
 from api import runs as api_runs
 from api import threads
@@ -384,10 +384,10 @@ async def get_run(request: HttpRequest, thread_id: str, run_id: str) -> dict[str
     operation_id="delete_run",
     summary="Delete a run",
 )
-async def delete_run(request: HttpRequest, thread_id: str, run_id: str) -> tuple[int, None]:
+async def delete_run(request: HttpRequest, thread_id: str, run_id: str) -> Status[None]:
     """Delete an ended run (an active one is a 409: cancel it first)."""
     await db(_delete_run, principal(request), thread_id, run_id)
-    return 204, None
+    return Status(204, None)
 
 
 def _delete_run(who: Principal, thread_id: str, run_id: str) -> None:
@@ -601,11 +601,11 @@ def _create_batch(who: Principal, payload: list[RunBatchItemIn]) -> list[dict[st
 )
 async def cancel_many(
     request: HttpRequest, payload: RunsCancelIn, action: str = "interrupt"
-) -> tuple[int, None]:
+) -> Status[None]:
     """Cancel the named runs, or the thread's runs with ``status`` (pending, running,
     all)."""
     await db(_cancel_many, principal(request), payload, action)
-    return 204, None
+    return Status(204, None)
 
 
 def _cancel_many(who: Principal, payload: RunsCancelIn, action: str) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Router, Schema, Status
 from pydantic import Field
 
 from api.auth import principal
@@ -96,7 +96,7 @@ class NamespacesOut(Schema):
 @router.put(
     "/items", response={204: None, **ERRORS}, operation_id="put_item", summary="Store an item"
 )
-def put_item(request: HttpRequest, payload: ItemPutIn) -> tuple[int, None]:
+def put_item(request: HttpRequest, payload: ItemPutIn) -> Status[None]:
     """Create or replace the item ``key`` in ``namespace``."""
     if payload.ttl is not None:
         raise InvalidArgument("store item TTLs are not supported.", field="ttl")
@@ -107,7 +107,7 @@ def put_item(request: HttpRequest, payload: ItemPutIn) -> tuple[int, None]:
         value=payload.value,
         index=payload.index,
     )
-    return 204, None
+    return Status(204, None)
 
 
 @router.get(
@@ -127,10 +127,10 @@ def get_item(
 @router.delete(
     "/items", response={204: None, **ERRORS}, operation_id="delete_item", summary="Delete an item"
 )
-def delete_item(request: HttpRequest, payload: ItemDeleteIn) -> tuple[int, None]:
+def delete_item(request: HttpRequest, payload: ItemDeleteIn) -> Status[None]:
     """Delete an item (deleting a missing one is not an error, as in LangGraph)."""
     store.delete_item(who=principal(request), namespace=payload.namespace, key=payload.key)
-    return 204, None
+    return Status(204, None)
 
 
 @router.post(

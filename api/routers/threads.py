@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 from django.http import HttpRequest, HttpResponse
-from ninja import Query, Router
+from ninja import Query, Router, Status
 
 from api import threads
 from api.aio import Plan, db, db_ahead, plan_ahead
@@ -206,7 +206,7 @@ async def patch_thread(request: HttpRequest, thread_id: str, payload: ThreadPatc
     return=minimal`` answers 204 without a body."""
     minimal = "return=minimal" in request.headers.get("Prefer", "")
     out = await db(_patch_thread, principal(request), thread_id, payload, minimal)
-    return (204, None) if minimal else out
+    return Status(204, None) if minimal else out
 
 
 def _patch_thread(
@@ -222,10 +222,10 @@ def _patch_thread(
     operation_id="delete_thread",
     summary="Delete a thread",
 )
-async def delete_thread(request: HttpRequest, thread_id: str) -> tuple[int, None]:
+async def delete_thread(request: HttpRequest, thread_id: str) -> Status[None]:
     """Cancel the thread's active runs and remove it with its whole history."""
     await db_ahead(request, threads.delete_thread, principal(request), thread_id)
-    return 204, None
+    return Status(204, None)
 
 
 @plan_ahead("DELETE", "get_thread")

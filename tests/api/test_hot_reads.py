@@ -173,7 +173,6 @@ async def test_a_bad_token_counts_once_and_a_locked_out_address_gets_the_429(
     assert hot._served["general"] == before["general"] + 1
 
 
-@pytest.mark.filterwarnings("ignore:Returning tuple:DeprecationWarning")
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -567,11 +566,6 @@ def deletes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return seen
 
 
-# The endpoint answers ``return 204, None``, which django-ninja 1.7 warns about (the
-# handler's answer; nothing to do with this path).
-_TUPLE_WARNING = pytest.mark.filterwarnings("ignore:Returning tuple:DeprecationWarning")
-
-
 def _deleted(thread_id: str) -> tuple[bool, list[Any]]:
     from criogen.storage.models import AuditEvent
 
@@ -582,7 +576,6 @@ def _deleted(thread_id: str) -> tuple[bool, list[Any]]:
     )
 
 
-@_TUPLE_WARNING
 async def test_a_delete_is_answered_hot_and_as_the_handler_answers(
     seeded: dict[str, Any], deletes: list[Any], thread_id: str
 ) -> None:
@@ -613,7 +606,6 @@ async def test_a_delete_is_answered_hot_and_as_the_handler_answers(
         assert events_mine[0][:2] == events_theirs[0][:2]
 
 
-@_TUPLE_WARNING
 async def test_a_refused_delete_is_the_handlers_error_made_once(
     seeded: dict[str, Any], deletes: list[Any]
 ) -> None:

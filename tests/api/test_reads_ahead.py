@@ -146,9 +146,6 @@ def second_thread(alice_bob: dict[str, str], thread_id: str) -> str:
     return second
 
 
-# The endpoint answers 204 as the API's others do, with a (status, body) tuple, which
-# django-ninja 1.7 warns of (the live-server tests do not run under this filter).
-@pytest.mark.filterwarnings("ignore:Returning tuple:DeprecationWarning")
 async def test_a_delete_is_one_hop_with_the_answers_of_the_endpoints_own_job(
     alice_bob: dict[str, str],
     second_thread: str,

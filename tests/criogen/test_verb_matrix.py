@@ -87,9 +87,6 @@ __all__ = ["suspended_workflow", "waiting_agent"]  # fixtures reused from the da
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("inprocess_runner"),
-    # In-process, warnings are errors: api/routers return (204, None) tuples, which
-    # django-ninja deprecates (a warning a served request only logs).
-    pytest.mark.filterwarnings("ignore:Returning tuple:DeprecationWarning"),
 ]
 
 BACKEND = os.environ.get("CRIOGEN_VERB_MATRIX_BACKEND", "sqlite")

@@ -76,11 +76,13 @@ from criogen.selectors.status import (
 from criogen.selectors.store import store_collection, store_item, store_items, store_namespaces
 from criogen.selectors.thread_list import HEAD_STATUSES, status_counts, threads_page
 from criogen.selectors.visibility import (
+    EVERY_OWNER,
     Viewer,
     Who,
     can_operate,
     check_thread_for,
     expired_threads,
+    owner_seen_by,
     thread_exists_for,
     thread_for,
     viewer,
@@ -91,6 +93,7 @@ from criogen.selectors.visibility import (
 
 __all__ = [
     "CLAIM_FILTERS",
+    "EVERY_OWNER",
     "claim_of",
     "claims_of",
     "filter_claimed",
@@ -125,6 +128,7 @@ __all__ = [
     "inbox_assistants",
     "inbox_page",
     "open_json",
+    "owner_seen_by",
     "run_checkpoint_ids",
     "run_status",
     "run_stream_mode",

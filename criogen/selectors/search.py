@@ -20,7 +20,7 @@ from django.db.models.fields.json import KeyTransform
 from criogen.engine.checkpoints import Checkpoint
 from criogen.engine.errors import InvalidArgument
 from criogen.selectors.status import THREAD_STATUSES, filter_status, thread_heads, with_status
-from criogen.selectors.visibility import Who, visible_threads
+from criogen.selectors.visibility import EVERY_OWNER, Who, owner_seen_by, visible_threads
 from criogen.storage.models import Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 from criogen.storage.orm.reads import _loads as loads_json
@@ -743,11 +743,11 @@ def _pg_shape(
     if connections[db].vendor != "postgresql" or field == "rest_status":
         return None
     params: dict[str, Any] = {"now": time.time()}
-    if not who.is_operator:
-        user = who.user
-        if user is None or not getattr(user, "is_authenticated", True):
-            return None
-        params["owner"] = user.pk
+    seen = owner_seen_by(who)
+    if seen is None:
+        return None
+    if seen is not EVERY_OWNER:
+        params["owner"] = seen
     metadata = metadata or {}
     for n, (key, value) in enumerate(metadata.items()):
         try:
@@ -762,7 +762,7 @@ def _pg_shape(
     if ids:
         params["ids"] = [str(i) for i in ids]
     shape = _Shape(
-        owner=not who.is_operator,
+        owner=seen is not EVERY_OWNER,
         status=status,
         ids=bool(ids),
         metadata=tuple(not isinstance(v, dict | list) for v in metadata.values()),

@@ -27,7 +27,9 @@ __all__ = [
     "can_operate",
     "check_thread_for",
     "expired_threads",
+    "EVERY_OWNER",
     "narrowed",
+    "owner_seen_by",
     "thread_exists_for",
     "thread_for",
     "viewer",
@@ -70,23 +72,45 @@ def viewer(user: Any) -> Viewer:
     return Viewer(user=user, is_operator=can_operate(user))
 
 
+class _EveryOwner:
+    def __repr__(self) -> str:
+        return "EVERY_OWNER"
+
+
+EVERY_OWNER: Any = _EveryOwner()
+"""What :func:`owner_seen_by` answers for an operator: threads of every owner."""
+
+
+def owner_seen_by(who: Who) -> Any:
+    """The owner a thread must have for ``who`` to see it: the rule of this module, in
+    one place for every query that applies it (the ORM's filters here, the hand-written
+    statements of this module, of the search and of a thread's delete).
+
+    :data:`EVERY_OWNER` for an operator; the primary key of ``who``'s user for anyone
+    else signed in; None for a caller who sees no thread at all (signed out)."""
+    if who.is_operator:
+        return EVERY_OWNER
+    user = who.user
+    if user is None or not getattr(user, "is_authenticated", True):
+        return None
+    return user.pk
+
+
 def narrowed(who: Who, qs: QuerySet[Any], owner: str) -> QuerySet[Any]:
     """``qs`` narrowed to the rows ``who`` may see: all of them for operators, else the
     ones whose ``owner`` field (a path to a user) is ``who``'s user."""
-    if who.is_operator:
+    seen = owner_seen_by(who)
+    if seen is EVERY_OWNER:
         return qs
-    user = who.user
-    if user is None or not getattr(user, "is_authenticated", True):
+    if seen is None:
         return qs.none()
-    return qs.filter(**{owner: user})
+    return qs.filter(**{owner: seen})
 
 
 def _may_see(who: Who, owner_id: Any) -> bool:
     """The rule of :func:`visible_threads`, for a thread whose owner is known."""
-    if who.is_operator:
-        return True
-    user = who.user
-    return user is not None and owner_id is not None and owner_id == user.pk
+    seen = owner_seen_by(who)
+    return seen is EVERY_OWNER or (seen is not None and owner_id == seen)
 
 
 def visible_threads(who: Who, qs: QuerySet[Thread] | None = None) -> QuerySet[Thread]:
@@ -198,18 +222,17 @@ def _status_statement(alias: str, operator: bool) -> _StatusStatement | None:
 def _thread_with_status(who: Who, thread_id: str) -> list[Thread] | None:
     """``[thread]`` with ``rest_status`` if ``who`` may see it, ``[]`` if not, None when
     the compiled statement does not apply."""
-    if not who.is_operator:
-        user = who.user
-        if user is None or not getattr(user, "is_authenticated", True):
-            return []
+    seen = owner_seen_by(who)
+    if seen is None:
+        return []
     alias = router.db_for_read(Thread)
-    statement = _status_statement(alias, who.is_operator)
+    statement = _status_statement(alias, seen is EVERY_OWNER)
     if statement is None:
         return None
     now = time.time()
     values = {"thread": str(thread_id), "now": now}
-    if not who.is_operator:
-        values["owner"] = who.user.pk
+    if seen is not EVERY_OWNER:
+        values["owner"] = seen
     params = list(statement.params)
     for index, name in statement.slots:
         params[index] = values[name]
@@ -231,12 +254,12 @@ def check_thread_for(who: Who, thread_id: str) -> None:
     CPU than the head read that follows it (bench/NOTES.md, 2026-12-01)."""
     params: list[Any] = [str(thread_id)]
     sql = _CHECK_SQL
-    if not who.is_operator:
-        user = who.user
-        if user is None or not getattr(user, "is_authenticated", True):
-            raise _not_found(thread_id)
+    seen = owner_seen_by(who)
+    if seen is None:
+        raise _not_found(thread_id)
+    if seen is not EVERY_OWNER:
         sql = _CHECK_OWNER_SQL
-        params.append(user.pk)
+        params.append(seen)
     if not fetch_rows(router.db_for_read(Thread), sql, params):
         raise _not_found(thread_id)
 
@@ -258,12 +281,10 @@ def visible_history(
     if read is None:
         check_thread_for(who, thread_id)
         return list(store.history(thread_id, limit=limit, before=before))
-    owner = None
-    if not who.is_operator:
-        user = who.user
-        if user is None or not getattr(user, "is_authenticated", True):
-            raise _not_found(thread_id)
-        owner = user.pk
+    seen = owner_seen_by(who)
+    if seen is None:
+        raise _not_found(thread_id)
+    owner = None if seen is EVERY_OWNER else seen
     found: list[Checkpoint] = read(thread_id, owner=owner, limit=limit, before=before)
     if not found:
         check_thread_for(who, thread_id)

@@ -38,7 +38,7 @@ from criogen.engine.errors import (
 from criogen.engine.store import AuditRecord
 from criogen.engine.threads import check_door
 from criogen.registry import get_graph, storage
-from criogen.selectors import Who, check_thread_for, thread_for
+from criogen.selectors import EVERY_OWNER, Who, check_thread_for, owner_seen_by, thread_for
 from criogen.storage.models import Run, Thread
 from criogen.storage.models.runs import ACTIVE_RUN_STATUSES
 from criogen.storage.models.threads import TTL_STRATEGIES
@@ -277,14 +277,12 @@ def delete_thread(
 
 def _owner_seen_by(who: Who, thread_id: str) -> Any:
     """The owner a thread needs for ``who`` to see it (a user's primary key; None: any
-    owner, for operators): the rule of :func:`criogen.selectors.check_thread_for`,
-    which raises ThreadNotFound for a caller who sees no thread at all."""
-    if who.is_operator:
-        return None
-    user = who.user
-    if user is None or not getattr(user, "is_authenticated", True):
+    owner, for operators), as :func:`criogen.selectors.owner_seen_by` tells it;
+    ThreadNotFound for a caller who sees no thread at all."""
+    seen = owner_seen_by(who)
+    if seen is None:
         check_thread_for(who, thread_id)  # raises: such a caller sees no thread
-    return user.pk
+    return None if seen is EVERY_OWNER else seen
 
 
 def _wait_released(thread_id: str, timeout: float = 10.0) -> None:

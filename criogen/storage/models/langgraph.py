@@ -2,9 +2,10 @@
 
 A LangGraph checkpoint is kept in three parts, as LangGraph's PostgreSQL saver keeps
 it: the checkpoint row (its body and metadata, with the channel values that are a
-string, a number, a boolean or None), one blob per *version* of any other channel value
-(a value unchanged between checkpoints is stored once), and the pending writes of each
-task of a step. Payloads are what LangGraph's serializer
+string, a number, a boolean or None, and the others whose serialised form is small, as
+LangGraph's SQLite saver keeps every value), one blob per *version* of any larger
+channel value (a value unchanged between checkpoints is stored once), and the pending
+writes of each task of a step. Payloads are what LangGraph's serializer
 makes of them (``type`` + bytes); with an encryption key they are sealed
 (:mod:`criogen.engine.crypto`) and ``sealed`` is set. Thread ids, namespaces,
 checkpoint ids, channel names, versions and run ids stay in clear: they are what the
@@ -53,8 +54,9 @@ class LangGraphCheckpoint(models.Model):
     type = models.CharField(max_length=32)
     """The serializer's type tag of ``checkpoint``."""
     checkpoint = models.BinaryField()
-    """The checkpoint and its metadata, with its values of simple types (the others are
-    in the blobs; rows written before these were kept inline have none)."""
+    """The checkpoint and its metadata, with its values of simple types and, serialised,
+    its small values of other types (the larger ones are in the blobs; rows written
+    before these were kept inline have none)."""
     sealed = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 

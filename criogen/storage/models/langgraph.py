@@ -22,12 +22,29 @@ the ``langgraph`` extra is installed.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from criogen.storage.models.threads import Thread
 
-__all__ = ["LangGraphBlob", "LangGraphCheckpoint", "LangGraphWrite"]
+__all__ = ["LangGraphBlob", "LangGraphCheckpoint", "LangGraphWrite", "RowIdField"]
+
+
+class RowIdField(models.BigAutoField):
+    """Django's ``BigAutoField`` without ``AUTOINCREMENT`` on SQLite: the column is the
+    table's rowid, the next id one more than the largest, and no insert updates
+    ``sqlite_sequence`` (one page shared by every such table, written at each commit
+    that inserts: a fifth of the pages a LangGraph run commits). An id freed by
+    deleting the newest row may be given again; nothing refers to these ids. Elsewhere
+    the same as ``BigAutoField``."""
+
+    def db_type_suffix(self, connection: Any) -> str | None:
+        if connection.vendor == "sqlite":
+            return None
+        return super().db_type_suffix(connection)
 
 
 def _thread(name: str) -> models.ForeignKey:
@@ -44,6 +61,7 @@ def _thread(name: str) -> models.ForeignKey:
 class LangGraphCheckpoint(models.Model):
     """One LangGraph checkpoint of a thread's namespace (``""`` for the root graph)."""
 
+    id = RowIdField(primary_key=True)
     thread = _thread("langgraph_checkpoints")
     checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
     checkpoint_id = models.CharField(max_length=64)
@@ -70,8 +88,11 @@ class LangGraphCheckpoint(models.Model):
         ]
         indexes = [
             # delete_for_runs; the key's index serves every other lookup (newest first
-            # is a backward walk of it).
-            models.Index(fields=["run_id"], name="criogen_lg_checkpoint_run_idx"),
+            # is a backward walk of it). Only checkpoints a run wrote: a graph invoked
+            # without a run id (LangGraph on its own) writes no entry.
+            models.Index(
+                fields=["run_id"], name="criogen_lg_checkpoint_run_idx", condition=~Q(run_id="")
+            ),
         ]
 
     def __str__(self) -> str:
@@ -81,6 +102,7 @@ class LangGraphCheckpoint(models.Model):
 class LangGraphBlob(models.Model):
     """A channel's value at one version; checkpoints name the versions they hold."""
 
+    id = RowIdField(primary_key=True)
     thread = _thread("langgraph_blobs")
     checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
     channel = models.CharField(max_length=255)
@@ -107,6 +129,7 @@ class LangGraphBlob(models.Model):
 class LangGraphWrite(models.Model):
     """A pending write of one task, made after the checkpoint it names."""
 
+    id = RowIdField(primary_key=True)
     thread = _thread("langgraph_writes")
     checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
     checkpoint_id = models.CharField(max_length=64)

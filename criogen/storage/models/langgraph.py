@@ -44,7 +44,9 @@ class RowIdField(models.BigAutoField):
     def db_type_suffix(self, connection: Any) -> str | None:
         if connection.vendor == "sqlite":
             return None
-        return super().db_type_suffix(connection)
+        # What Field.db_type_suffix answers (django-stubs does not declare it).
+        suffix: str | None = connection.data_types_suffix.get(self.get_internal_type())
+        return suffix
 
 
 def _thread(name: str) -> models.ForeignKey:

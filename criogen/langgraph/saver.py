@@ -51,6 +51,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from criogen.engine.crypto import Cipher, open_without_key
 from criogen.engine.store import Storage
+from criogen.storage.orm.base import _hot_cursor
 
 __all__ = ["CriogenSaver", "close_database_threads"]
 
@@ -63,6 +64,16 @@ _INLINE = frozenset({str, int, float, bool, type(None)})
 """The types of channel values kept in the checkpoint's own body rather than in a blob
 (as LangGraph's PostgreSQL saver does): a put whose new values are all of them writes
 one row. Exact types: a subclass may serialise to more than its base."""
+_PACKED_BYTES = 2048
+"""A channel value of any other type whose serialised form is at most this long is
+kept in the checkpoint's body too, serialised (under ``"packed"``), in every checkpoint
+that holds it, as LangGraph's SQLite saver keeps every value: a put whose larger values
+are all unchanged writes one row. Half a page of SQLite, so that a row with a few of
+them still fits in one; a larger value keeps one blob per version."""
+_BLOB_VERSION = object()
+"""In :attr:`CriogenSaver._kept`: the version's value is in a blob."""
+_KEPT = 4096
+"""Channel versions whose place :attr:`CriogenSaver._kept` remembers (cleared when full)."""
 _THREADS = {"sqlite": 1, "postgresql": 4}
 """Database threads, and owned connections, per database: SQLite has one writer at a
 time anyway."""
@@ -335,11 +346,21 @@ class CriogenSaver(BaseCheckpointSaver[str]):
 
         self._tables = tables
         self.cipher: Cipher | None = storage.cipher
+        self._kept: dict[tuple[str, str, str, str], Any] = {}
+        """Where this process last put or read a channel version that is not of a simple
+        type: its packed ``[type, bytes]``, or :data:`_BLOB_VERSION`. A checkpoint that
+        holds a version it did not change stores it where it was put, without
+        serialising it again (a packed one again in its body); a version not known here
+        is serialised and, when large, its blob is put again (``DO NOTHING`` when it is
+        there)."""
 
     # -- payloads: LangGraph's serializer, then sealed ----------------------------------
 
     def _dump(self, value: Any) -> tuple[str, bytes, bool]:
         kind, data = self.serde.dumps_typed(value)
+        return self._seal(kind, data)
+
+    def _seal(self, kind: str, data: bytes) -> tuple[str, bytes, bool]:
         if self.cipher is None:
             return kind, data, False
         # Fernet seals text: latin-1 maps each byte to one character and back, so any
@@ -359,19 +380,24 @@ class CriogenSaver(BaseCheckpointSaver[str]):
     def _checkpoints(self) -> Any:
         return self._tables.LangGraphCheckpoint.objects.using(self.alias)
 
-    def _tuple(self, row: Sequence[Any]) -> CheckpointTuple:
+    def _tuple(self, row: Sequence[Any], *, remember: bool = False) -> CheckpointTuple:
         """A checkpoint row (:data:`_COLUMNS`) with its channel values and pending
-        writes, read in one statement."""
+        writes, read in one statement; ``remember``: note in :attr:`_kept` where its
+        versions are (the puts that follow a ``get_tuple`` hold most of them)."""
         thread_id, ns, checkpoint_id, parent_id, kind, data, sealed = row[:7]
         body = self._load(kind, data, sealed)
         checkpoint: Checkpoint = body["checkpoint"]
         # The inline values (older rows have none: every value is in a blob).
         values: dict[str, Any] = checkpoint.get("channel_values") or {}
-        versions = {
-            channel: version
-            for channel, version in (checkpoint.get("channel_versions") or {}).items()
-            if channel not in values
-        }
+        held = checkpoint.get("channel_versions") or {}
+        kept = self._kept if remember else None
+        packed = body.get("packed")
+        if packed:
+            for channel, (p_kind, p_data) in packed.items():
+                values[channel] = self.serde.loads_typed((p_kind, p_data))
+                if kept is not None:
+                    kept[(thread_id, ns, channel, str(held.get(channel)))] = [p_kind, p_data]
+        versions = {channel: version for channel, version in held.items() if channel not in values}
         pending = []
         for source, channel, key, b_kind, blob, b_sealed in self._related(
             thread_id, ns, checkpoint_id, versions
@@ -379,6 +405,8 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             if source == "b":
                 if b_kind != _EMPTY and str(versions.get(channel)) == key:
                     values[channel] = self._load(b_kind, blob, b_sealed)
+                    if kept is not None:
+                        kept[(thread_id, ns, channel, key)] = _BLOB_VERSION
             else:
                 pending.append((key, channel, self._load(b_kind, blob, b_sealed)))
         checkpoint["channel_values"] = values
@@ -428,7 +456,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         else:
             statement = (_SELECT_NEWEST, (conf["thread_id"], conf.get("checkpoint_ns") or ""))
         found = self._statements([statement], fetch="one")
-        return None if not found else self._tuple(found[0])
+        return None if not found else self._tuple(found[0], remember=True)
 
     def _list_page(
         self,
@@ -483,19 +511,49 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         thread_id = conf["thread_id"]
         ns = conf.get("checkpoint_ns") or ""
         values = checkpoint.get("channel_values") or {}
-        body = dict(checkpoint)
-        body["channel_values"] = inline = {k: v for k, v in values.items() if type(v) in _INLINE}
-        meta = get_serializable_checkpoint_metadata(config, metadata)
-        kind, data, sealed = self._dump({"checkpoint": body, "metadata": meta})
-        # A new version of a channel with no value (cleared) needs no row: a version
-        # without a blob reads as no value.
+        held = checkpoint.get("channel_versions") or {}
+        inline: dict[str, Any] = {}
+        packed: dict[str, list[Any]] = {}
+        kept = self._kept
+        # A cleared channel's new version needs no row: a version without a blob reads
+        # as no value. A value is put once per version: in the body when it is simple
+        # or small (again in each checkpoint that holds it), else in a blob.
         blobs: list[Any] = []
         count = 0
-        for channel, version in new_versions.items():
-            if channel in values and channel not in inline:
-                b_kind, b_data, b_sealed = self._dump(values[channel])
-                blobs += [thread_id, ns, channel, str(version), b_kind, b_data, b_sealed]
-                count += 1
+        for channel, value in values.items():
+            if type(value) in _INLINE:
+                inline[channel] = value
+                continue
+            version = held.get(channel)
+            if version is None:  # no version to find a blob by: in the body
+                inline[channel] = value
+                continue
+            key = (thread_id, ns, channel, str(version))
+            place: Any = kept.get(key)
+            if place is _BLOB_VERSION and channel not in new_versions:
+                continue
+            if place is None or place is _BLOB_VERSION:
+                p_kind, p_data = self.serde.dumps_typed(value)
+                if len(p_data) > _PACKED_BYTES:
+                    b_kind, b_data, b_sealed = self._seal(p_kind, p_data)
+                    blobs += [thread_id, ns, channel, key[3], b_kind, b_data, b_sealed]
+                    count += 1
+                    place = _BLOB_VERSION
+                else:
+                    place = [p_kind, p_data]
+                if len(kept) >= _KEPT:
+                    kept.clear()
+                kept[key] = place
+                if place is _BLOB_VERSION:
+                    continue
+            packed[channel] = place
+        body = dict(checkpoint)
+        body["channel_values"] = inline
+        meta = get_serializable_checkpoint_metadata(config, metadata)
+        stored: dict[str, Any] = {"checkpoint": body, "metadata": meta}
+        if packed:
+            stored["packed"] = packed
+        kind, data, sealed = self._dump(stored)
         connection = self._connection()
         row = [
             thread_id,
@@ -569,6 +627,16 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         connection = self._connection()
         several = len(statements) > 1
         if connection.vendor != "sqlite":
+            if not several and not connection.queries_logged:
+                # One statement (every put and read here): prepared, on a kept
+                # server-binding cursor (see criogen.storage.orm.base.pg_run).
+                if connection.connection is None:
+                    connection.ensure_connection()
+                cursor, sql = _hot_cursor(connection, statements[0][0])
+                connection.validate_no_broken_transaction()
+                with connection.wrap_database_errors:
+                    cursor.execute(sql, statements[0][1])
+                    return _fetch(cursor, fetch)
             with connection.cursor() as cursor:
                 if several:
                     cursor.execute("BEGIN")
@@ -615,6 +683,10 @@ class CriogenSaver(BaseCheckpointSaver[str]):
             return
         with transaction.atomic(using=self.alias):
             rows = self._checkpoints().filter(run_id__in=run_ids)
+            if "" not in run_ids:
+                # The run index holds only checkpoints with a run id: say so, so that
+                # SQLite uses it (PostgreSQL would see it alone).
+                rows = rows.exclude(run_id="")
             keys = list(rows.values_list("thread_id", "checkpoint_ns", "checkpoint_id"))
             self._delete_writes(keys)
             rows.delete()
@@ -747,7 +819,8 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store ``checkpoint`` (child of ``config``'s checkpoint), with a blob for each
-        channel in ``new_versions``; the config that names it."""
+        channel in ``new_versions`` whose value is large (the others are in its row);
+        the config that names it."""
         return self._here(self._put, config, checkpoint, metadata, new_versions)
 
     def put_writes(

@@ -175,14 +175,22 @@ def _checkpoint(values: dict[str, Any], versions: dict[str, str]) -> Any:
 
 
 @pytest.mark.parametrize("encrypted", [False, True])
-def test_simple_values_stay_in_the_checkpoint_row_and_the_others_in_blobs(
+def test_simple_and_small_values_stay_in_the_checkpoint_row_and_large_ones_in_blobs(
     database: str, encrypted: bool
 ) -> None:
     storage = Storage(database, encryption_key=generate_key() if encrypted else False)
     saver = CriogenSaver(storage)
     config = _config()
     config["configurable"]["checkpoint_ns"] = ""
-    values = {"n": 3, "ratio": 0.5, "s": "x", "flag": True, "nothing": None, "obj": {"k": [1]}}
+    values = {
+        "n": 3,
+        "ratio": 0.5,
+        "s": "x",
+        "flag": True,
+        "nothing": None,
+        "obj": {"k": [1]},
+        "large": {"text": "y" * 5000},
+    }
     versions = {channel: saver.get_next_version(None) for channel in [*values, "cleared"]}
 
     first = saver.put(config, _checkpoint(values, versions), {"step": 0}, versions)
@@ -192,13 +200,43 @@ def test_simple_values_stay_in_the_checkpoint_row_and_the_others_in_blobs(
         first, _checkpoint({**values, "n": 4}, later), {"step": 1}, {"n": later["n"]}
     )
 
-    # One blob in all: the dict's (a cleared channel's version has no row).
+    # One blob in all: the large value's (a cleared channel's version has no row; the
+    # small dict is in each checkpoint's row).
     assert _count(storage, "criogen_lg_blob", config) == 1
-    for saved, expected in ((first, values), (second, {**values, "n": 4})):
-        found = saver.get_tuple(saved)
-        assert found is not None
-        assert found.checkpoint["channel_values"] == expected
+    for reader in (saver, CriogenSaver(storage)):  # this process's, and a fresh one
+        for saved, expected in ((first, values), (second, {**values, "n": 4})):
+            found = reader.get_tuple(saved)
+            assert found is not None
+            assert found.checkpoint["channel_values"] == expected
     assert saver.get_tuple(config).checkpoint["channel_values"]["n"] == 4  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("value", "blobs"), [({"k": [1]}, 0), ({"text": "y" * 5000}, 1)], ids=["small", "large"]
+)
+def test_a_saver_that_did_not_put_a_version_stores_it_again_where_it_reads(
+    database: str, value: dict[str, Any], blobs: int
+) -> None:
+    # A checkpoint that holds an unchanged value put by another process (or before a
+    # restart), without a get_tuple first: the value still reads, from its row or its
+    # blob, and a large one still has a single blob.
+    storage = Storage(database, encryption_key=False)
+    config = _config()
+    config["configurable"]["checkpoint_ns"] = ""
+    versions = {"obj": "1", "n": "1"}
+    first = CriogenSaver(storage).put(
+        config, _checkpoint({"obj": value, "n": 1}, versions), {"step": 0}, versions
+    )
+    later = {**versions, "n": "2"}
+    second = CriogenSaver(storage).put(
+        first, _checkpoint({"obj": value, "n": 2}, later), {"step": 1}, {"n": "2"}
+    )
+
+    found = CriogenSaver(storage).get_tuple(second)
+
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"obj": value, "n": 2}
+    assert _count(storage, "criogen_lg_blob", config) == blobs
 
 
 def test_a_checkpoint_with_every_value_in_a_blob_still_reads(database: str) -> None:

@@ -2,9 +2,10 @@
 
 A LangGraph checkpoint is kept in three parts, as LangGraph's PostgreSQL saver keeps
 it: the checkpoint row (its body and metadata, with the channel values that are a
-string, a number, a boolean or None), one blob per *version* of any other channel value
-(a value unchanged between checkpoints is stored once), and the pending writes of each
-task of a step. Payloads are what LangGraph's serializer
+string, a number, a boolean or None, and the others whose serialised form is small, as
+LangGraph's SQLite saver keeps every value), one blob per *version* of any larger
+channel value (a value unchanged between checkpoints is stored once), and the pending
+writes of each task of a step. Payloads are what LangGraph's serializer
 makes of them (``type`` + bytes); with an encryption key they are sealed
 (:mod:`criogen.engine.crypto`) and ``sealed`` is set. Thread ids, namespaces,
 checkpoint ids, channel names, versions and run ids stay in clear: they are what the
@@ -21,12 +22,31 @@ the ``langgraph`` extra is installed.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from criogen.storage.models.threads import Thread
 
-__all__ = ["LangGraphBlob", "LangGraphCheckpoint", "LangGraphWrite"]
+__all__ = ["LangGraphBlob", "LangGraphCheckpoint", "LangGraphWrite", "RowIdField"]
+
+
+class RowIdField(models.BigAutoField):
+    """Django's ``BigAutoField`` without ``AUTOINCREMENT`` on SQLite: the column is the
+    table's rowid, the next id one more than the largest, and no insert updates
+    ``sqlite_sequence`` (one page shared by every such table, written at each commit
+    that inserts: a fifth of the pages a LangGraph run commits). An id freed by
+    deleting the newest row may be given again; nothing refers to these ids. Elsewhere
+    the same as ``BigAutoField``."""
+
+    def db_type_suffix(self, connection: Any) -> str | None:
+        if connection.vendor == "sqlite":
+            return None
+        # What Field.db_type_suffix answers (django-stubs does not declare it).
+        suffix: str | None = connection.data_types_suffix.get(self.get_internal_type())
+        return suffix
 
 
 def _thread(name: str) -> models.ForeignKey:
@@ -43,6 +63,7 @@ def _thread(name: str) -> models.ForeignKey:
 class LangGraphCheckpoint(models.Model):
     """One LangGraph checkpoint of a thread's namespace (``""`` for the root graph)."""
 
+    id = RowIdField(primary_key=True)
     thread = _thread("langgraph_checkpoints")
     checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
     checkpoint_id = models.CharField(max_length=64)
@@ -53,8 +74,9 @@ class LangGraphCheckpoint(models.Model):
     type = models.CharField(max_length=32)
     """The serializer's type tag of ``checkpoint``."""
     checkpoint = models.BinaryField()
-    """The checkpoint and its metadata, with its values of simple types (the others are
-    in the blobs; rows written before these were kept inline have none)."""
+    """The checkpoint and its metadata, with its values of simple types and, serialised,
+    its small values of other types (the larger ones are in the blobs; rows written
+    before these were kept inline have none)."""
     sealed = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -68,8 +90,11 @@ class LangGraphCheckpoint(models.Model):
         ]
         indexes = [
             # delete_for_runs; the key's index serves every other lookup (newest first
-            # is a backward walk of it).
-            models.Index(fields=["run_id"], name="criogen_lg_checkpoint_run_idx"),
+            # is a backward walk of it). Only checkpoints a run wrote: a graph invoked
+            # without a run id (LangGraph on its own) writes no entry.
+            models.Index(
+                fields=["run_id"], name="criogen_lg_checkpoint_run_idx", condition=~Q(run_id="")
+            ),
         ]
 
     def __str__(self) -> str:
@@ -79,6 +104,7 @@ class LangGraphCheckpoint(models.Model):
 class LangGraphBlob(models.Model):
     """A channel's value at one version; checkpoints name the versions they hold."""
 
+    id = RowIdField(primary_key=True)
     thread = _thread("langgraph_blobs")
     checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
     channel = models.CharField(max_length=255)
@@ -105,6 +131,7 @@ class LangGraphBlob(models.Model):
 class LangGraphWrite(models.Model):
     """A pending write of one task, made after the checkpoint it names."""
 
+    id = RowIdField(primary_key=True)
     thread = _thread("langgraph_writes")
     checkpoint_ns = models.CharField(max_length=255, blank=True, default="")
     checkpoint_id = models.CharField(max_length=64)

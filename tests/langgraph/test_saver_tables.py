@@ -40,9 +40,15 @@ def _put(saver: CriogenSaver, thread_id: str, run_id: str) -> dict[str, Any]:
     return saved  # type: ignore[return-value]
 
 
-def test_the_ids_are_sqlite_rowids_without_a_sequence(storage: Any) -> None:
-    if connections[storage.alias].vendor != "sqlite":
-        pytest.skip("PostgreSQL keeps its identity columns")
+@pytest.fixture
+def sqlite_storage(sqlite_url: str, django_db_blocker: Any) -> Any:
+    with django_db_blocker.unblock():
+        yield Storage(sqlite_url, encryption_key=False)
+
+
+def test_the_ids_are_sqlite_rowids_without_a_sequence(sqlite_storage: Any) -> None:
+    # SQLite only: on PostgreSQL the ids stay identity columns.
+    storage = sqlite_storage
     saver = CriogenSaver(storage)
     _put(saver, f"lg-{uuid.uuid4()}", "run-1")
     with connections[storage.alias].cursor() as cursor:

@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.dashboard import live_server
+from tests.dashboard.test_browser import wait_live
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -89,6 +90,9 @@ def _open(chromium: Any, server: Any, thread_id: str) -> Any:
     expect(page.locator("#thread-header [data-status]")).to_have_attribute(
         "data-status", "suspended"
     )
+    # The live socket's first push re-renders the decision panel: acting before it is
+    # applied races it (a click whose press and release straddle the swap is lost).
+    wait_live(page)
     return page
 
 

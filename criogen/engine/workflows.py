@@ -460,7 +460,8 @@ class CompiledWorkflow:
 
     def run(self, input: Mapping[str, Any] | None = None, **options: Any) -> RunResult:
         """Run once on a fresh thread (a new UUID). Options as for WorkflowThread.run."""
-        return self.thread(new_id()).run(input, **options)
+        # A new UUID is a valid thread id: no check_thread_id (thread()) needed.
+        return WorkflowThread(self, ThreadId(new_id())).run(input, **options)
 
     def resume(self, snapshot: dict[str, Any], value: Any = None, **options: Any) -> RunResult:
         """Continue the run a snapshot was taken of: resume it with ``value`` if it is

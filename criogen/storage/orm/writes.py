@@ -107,7 +107,7 @@ class OrmWrites(OrmAudit):
         # The lease is cleared by the same UPDATE that moves the head: no separate
         # statement, no separate commit. (A run writes one thread; a batch over several
         # takes the generic path.)
-        if len({w.checkpoint.thread_id for w in writes}) != 1:
+        if len(writes) != 1 and len({w.checkpoint.thread_id for w in writes}) != 1:
             super().write_and_release(writes, lease_id=lease_id)
             return
         self._write(writes, lease_id, release=True)
@@ -515,6 +515,8 @@ def _sqlite_values_sql(head: str, width: int, rows: int) -> str:
 
 def _by_thread(writes: Sequence[CheckpointWrite]) -> dict[str, list[CheckpointWrite]]:
     """The writes grouped by thread, each group checked to follow on without a gap."""
+    if len(writes) == 1 and writes[0].checkpoint.version > writes[0].after:
+        return {writes[0].checkpoint.thread_id: [writes[0]]}  # a run's usual write
     by_thread: dict[str, list[CheckpointWrite]] = {}
     for w in writes:
         group = by_thread.setdefault(w.checkpoint.thread_id, [])

@@ -93,12 +93,9 @@ class OrmBase(Storage):
     def _cursor(self) -> Any:
         return connections[self.alias].cursor()
 
-    def _pg_run(
-        self, sql: str, params: Sequence[Any], *, fetch: bool, connection: Any = None
-    ) -> Any:
-        """Run one hot statement on PostgreSQL, prepared (:func:`pg_run`); on
-        ``connection`` when the caller already holds the alias's connection."""
-        return pg_run(self.alias, sql, params, fetch=fetch, connection=connection)
+    def _pg_run(self, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
+        """Run one hot statement on PostgreSQL, prepared (:func:`pg_run`)."""
+        return pg_run(self.alias, sql, params, fetch=fetch)
 
     def _time(self, value: Any) -> datetime:
         if isinstance(value, datetime):
@@ -141,9 +138,7 @@ class OrmBase(Storage):
         connections[self.alias].close()
 
 
-def pg_run(
-    alias: str, sql: str, params: Sequence[Any], *, fetch: bool, connection: Any = None
-) -> Any:
+def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
     """Run one hot statement on PostgreSQL, prepared; its rows (``fetch``) or row count.
 
     Django's psycopg backend binds parameters client-side and never prepares; on the
@@ -165,11 +160,8 @@ def pg_run(
     e.g. a statement counter), the wrapper runs them as for any other statement.
     Otherwise the statement goes to psycopg as the bytes it was first encoded to, so
     psycopg neither encodes nor hashes the text again for its caches.
-
-    ``connection`` is ``connections[alias]`` when the caller has it already.
     """
-    if connection is None:
-        connection = connections[alias]
+    connection = connections[alias]
     if connection.queries_logged:
         # DEBUG or a query capture: Django logs a server-bound statement's SQL as
         # None, so take its own cursor (client-side binding) and log the full text.

@@ -121,9 +121,7 @@ class OrmLeases(OrmBase):
         connection = connections[self.alias]
         relaxed = connection.get_autocommit() and not connection.in_atomic_block
         if self.vendor == "postgresql":
-            return self._pg_run(
-                _relaxed_pg(sql) if relaxed else sql, params, fetch=True, connection=connection
-            )
+            return self._pg_run(_relaxed_pg(sql) if relaxed else sql, params, fetch=True)
         # get_autocommit() connected; with query logging on, Django's cursor logs.
         raw = None if connection.queries_logged else connection.connection
         if raw is None or not relaxed:

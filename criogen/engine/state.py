@@ -90,7 +90,7 @@ def encode(value: Any) -> str:
     )
 
 
-_scan: Callable[[str, int], tuple[Any, int]] = json.decoder.JSONDecoder().scan_once
+_scan: Callable[[str, int], tuple[Any, int]] = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]
 """The json module's scanner (its C one in CPython): ``(value, end)`` of the JSON text
 at an index. The texts it reads here come from :func:`encode`: one value, nothing after
 it, so what ``json.loads`` adds (whitespace, trailing data) is not needed."""

@@ -172,7 +172,7 @@ def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
         connection.ensure_connection()
     # What Django checks whenever it makes a cursor: this thread may use the connection
     # (its own check, called only when the thread is not the connection's).
-    if connection._thread_ident != get_ident():
+    if connection._thread_ident != get_ident():  # type: ignore[attr-defined]
         connection.validate_thread_sharing()
     cur, sql, query = _hot_cursor(connection, sql)
     if connection.execute_wrappers:

@@ -383,9 +383,10 @@ class ActiveRun:
             if raise_errors:
                 raise
         finally:
-            self._beat.remove(self)
             if not self._released:
+                self._beat.remove(self)
                 self.storage.release(self.thread_id, self.run_id)
+            # else: the run-ending write gave the lease back and stopped the heartbeat.
             self._held = False
             self._released = False
 
@@ -471,7 +472,13 @@ class ActiveRun:
             interrupts=tuple(interrupts),
             tasks=tasks or {},
             error=error,
-            parent_id=CheckpointId(parent_id) if parent_id else self._fork_parent(source, metadata),
+            parent_id=(
+                CheckpointId(parent_id)
+                if parent_id
+                else self._tip_id
+                if source != "fork"
+                else self._fork_parent(source, metadata)
+            ),
             created_at=utcnow(),
             metadata=metadata or {},
             value_versions=value_versions,

@@ -67,8 +67,20 @@ def encode(value: Any) -> str:
     for every call with options, and that encoder a new C encoder; this builds only
     the C one (a fresh one per call: it keeps the circular-reference markers).
     """
-    if type(value) is str:
+    kind = type(value)
+    if kind is str:
         return encode_basestring(value)
+    # The scalars' texts as the C encoder writes them (int.__repr__, float.__repr__,
+    # the three constants), without building an encoder: a node's update is mostly
+    # small scalars. A NaN or an infinity goes on to the encoder, which refuses it.
+    if kind is int:
+        return int.__repr__(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
     if _c_make_encoder is None:  # pragma: no cover
         return _ENCODER.encode(value)
     return "".join(
@@ -77,6 +89,11 @@ def encode(value: Any) -> str:
         )(value, 0)
     )
 
+
+_scan: Callable[[str, int], tuple[Any, int]] = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]
+"""The json module's scanner (its C one in CPython): ``(value, end)`` of the JSON text
+at an index. The texts it reads here come from :func:`encode`: one value, nothing after
+it, so what ``json.loads`` adds (whitespace, trailing data) is not needed."""
 
 _IMMUTABLE_SCALARS = frozenset({str, int, float, bool, type(None)})
 """Exact types whose JSON text decodes to an equal value of the same type (a float only
@@ -93,22 +110,27 @@ def json_copy(value: Any, where: str) -> tuple[Any, str]:
     A str, int, float, bool or None (not a subclass) is its own copy: it cannot change,
     and its text decodes to an equal value, so only the encode runs.
     """
-    try:
-        text = encode(value)
-        if type(value) in _IMMUTABLE_SCALARS:
-            return value, text
-        copy = json.loads(text)
-    except (TypeError, ValueError, RecursionError):
-        pass
-    else:
-        if copy == value:
-            return copy, text
+    copied = _json_copy(value)
+    if copied is not None:
+        return copied
     check_json(value, where)
     raise InvalidState(
         f"{where} does not survive a JSON round trip unchanged; use plain str, int, "
         "float, bool, None, list and dict.",
         key=where,
     )
+
+
+def _json_copy(value: Any) -> tuple[Any, str] | None:
+    """:func:`json_copy`, or None where it would raise (its ``where`` is then built)."""
+    try:
+        text = encode(value)
+        if type(value) in _IMMUTABLE_SCALARS:
+            return value, text
+        copy = _scan(text, 0)[0]  # json.loads(text), without its Python layers
+    except (TypeError, ValueError, RecursionError, StopIteration):
+        return None
+    return (copy, text) if copy == value else None
 
 
 def check_json(value: Any, where: str) -> None:
@@ -200,9 +222,16 @@ def check_update(update: Any, *, origin: str) -> CheckedUpdate | None:
                 key=key,
                 origin=origin,
             )
-    return CheckedUpdate(
-        (key, json_copy(value, f"state[{key!r}]")) for key, value in update.items()
-    )
+    checked = CheckedUpdate()
+    for key, value in update.items():
+        if type(value) is str:
+            # The usual small value, copied as json_copy would (a str is its own copy).
+            checked[key] = (value, encode_basestring(value))
+            continue
+        copied = _json_copy(value)
+        # The key's name in a message is built only when there is one to give.
+        checked[key] = copied if copied is not None else json_copy(value, f"state[{key!r}]")
+    return checked
 
 
 def apply_update(
@@ -224,7 +253,7 @@ def apply_update(
     # Each value is a copy (from its JSON text), so a node that mutates what it
     # returned later cannot change a checkpoint.
     for key, (value, text) in copies.items():
-        reducer = reducers.get(key, "overwrite")
+        reducer = reducers.get(key, "overwrite") if reducers else "overwrite"
         if reducer == "overwrite":
             new_state[key] = value
             delta[key] = Change("set", value, text)
@@ -257,6 +286,8 @@ def apply_update(
 
 def compose(first: Delta, then: Delta) -> Delta:
     """One delta with the effect of ``first`` followed by ``then``."""
+    if not first:
+        return dict(then)  # the usual first step of a run or of a step's nodes
     out = dict(first)
     for key, change in then.items():
         before = out.get(key)

@@ -344,8 +344,11 @@ class Workflow:
 
     def successors(self, source: str, state: dict[str, Any]) -> list[str]:
         """The nodes that run after ``source`` given the merged state (END dropped)."""
+        routes = self.routes.get(source)
+        if not routes:  # plain edges only: nothing to call or check
+            return [t for t in self.edges.get(source, ()) if t != END]
         out = list(self.edges.get(source, ()))
-        for route, path_map in self.routes.get(source, ()):
+        for route, path_map in routes:
             chosen = route(state)
             names = [chosen] if isinstance(chosen, str) else list(chosen)
             for name in names:
@@ -457,7 +460,8 @@ class CompiledWorkflow:
 
     def run(self, input: Mapping[str, Any] | None = None, **options: Any) -> RunResult:
         """Run once on a fresh thread (a new UUID). Options as for WorkflowThread.run."""
-        return self.thread(new_id()).run(input, **options)
+        # A new UUID is a valid thread id: no check_thread_id (thread()) needed.
+        return WorkflowThread(self, ThreadId(new_id())).run(input, **options)
 
     def resume(self, snapshot: dict[str, Any], value: Any = None, **options: Any) -> RunResult:
         """Continue the run a snapshot was taken of: resume it with ``value`` if it is
@@ -677,12 +681,13 @@ class WorkflowThread(ThreadBase):
         should_stop: Callable[[], bool] | None = None,
     ) -> ActiveRun:
         app = self.app
+        # ActiveRun checks durability and on_busy (the same checks, the same errors).
         return ActiveRun(
             app.storage,
             self.id,
             run_id=run_id,
-            durability=check_durability(durability or app.durability),
-            on_busy=check_on_busy(on_busy or app.on_busy),
+            durability=durability or app.durability,
+            on_busy=on_busy or app.on_busy,
             busy_timeout=app.busy_timeout if busy_timeout is None else busy_timeout,
             lease_seconds=app.lease_seconds,
             should_stop=should_stop,
@@ -896,11 +901,15 @@ class _Execution:
                             apply_update({}, out, {}, origin=f"node {node!r}")
                         except InvalidState as exc:
                             outcomes[node] = exc
-            suspended = [(n, o) for n, o in outcomes.items() if isinstance(o, _Suspend)]
-            failed = [(n, o) for n, o in outcomes.items() if isinstance(o, Exception)]
+            suspended: list[tuple[str, _Suspend]] = []
+            failed: list[tuple[str, Exception]] = []
             for node, out in outcomes.items():
                 if not isinstance(out, BaseException):
                     done[node] = out
+                elif isinstance(out, _Suspend):
+                    suspended.append((node, out))
+                elif isinstance(out, Exception):
+                    failed.append((node, out))
             if failed:
                 node, error = failed[0]
                 self._fail(state, nxt, done, resumes, node, error)
@@ -939,7 +948,7 @@ class _Execution:
                 except Exception as exc:  # noqa: BLE001 - InvalidState, or a reducer's bug
                     done.pop(node)  # its update is not kept: retry() runs it again
                     self._fail(state, nxt, done, resumes, node, exc)
-                delta = compose(delta, node_delta)
+                delta = compose(delta, node_delta) if delta else node_delta
             following: list[str] = []
             try:
                 for node in nxt:
@@ -952,8 +961,10 @@ class _Execution:
             # A breakpoint (interrupt_before a node that comes next, interrupt_after one
             # that just ran) stops the run here: the step's checkpoint is the one that
             # waits, with no interrupt; a run without input (or a resume) goes on.
-            paused = bool(following) and bool(
-                self.before.intersection(following) or self.after.intersection(nxt)
+            paused = bool(
+                following
+                and (self.before or self.after)
+                and (self.before.intersection(following) or self.after.intersection(nxt))
             )
             state, nxt, done, resumes = new_state, following, {}, {}
             written = active.write(
@@ -984,9 +995,12 @@ class _Execution:
         resumes: dict[str, list[Any]],
     ) -> dict[str, Any]:
         """Run the step's nodes that have not run yet; map node -> update or exception."""
-        outcomes: dict[str, Any] = {}
+        specs = self.graph.nodes
         todo = [n for n in nodes if n not in done]
-        async_nodes = [n for n in todo if self.graph.nodes[n].is_async]
+        async_nodes = [n for n in todo if specs[n].is_async]
+        if not async_nodes:  # the usual step: plain functions, called in order
+            return {name: self._call(name, state, resumes) for name in todo}
+        outcomes: dict[str, Any] = {}
         for name in todo:
             if name in async_nodes:
                 continue
@@ -1015,7 +1029,15 @@ class _Execution:
 
     def _call(self, name: str, state: dict[str, Any], resumes: dict[str, list[Any]]) -> Any:
         spec = self.graph.nodes[name]
-        ctx = self._context(name, resumes)
+        active = self.active
+        # What _context makes, inline (a call less per node on the hot path).
+        ctx = NodeContext(
+            thread_id=active.thread_id,
+            run_id=active.run_id,
+            node=name,
+            step=active._tip_version,
+            resumes=resumes.get(name, []),
+        )
         token = _current.set(ctx)
         try:
             args = (dict(state), ctx) if spec.takes_context else (dict(state),)

@@ -627,15 +627,15 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         connection = self._connection()
         several = len(statements) > 1
         if connection.vendor != "sqlite":
-            if not several and not connection.queries_logged:
+            if not several and not connection.queries_logged and not connection.execute_wrappers:
                 # One statement (every put and read here): prepared, on a kept
                 # server-binding cursor (see criogen.storage.orm.base.pg_run).
                 if connection.connection is None:
                     connection.ensure_connection()
-                cursor, sql = _hot_cursor(connection, statements[0][0])
+                cursor, _, query = _hot_cursor(connection, statements[0][0])
                 connection.validate_no_broken_transaction()
                 with connection.wrap_database_errors:
-                    cursor.execute(sql, statements[0][1])
+                    cursor.execute(query, statements[0][1])
                     return _fetch(cursor, fetch)
             with connection.cursor() as cursor:
                 if several:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+from _thread import get_ident
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -105,7 +106,9 @@ class OrmBase(Storage):
         if self.vendor == "sqlite":
             if value.tzinfo is not UTC:  # the engine's times are UTC already
                 value = value.astimezone(UTC)
-            return value.replace(tzinfo=None).isoformat(" ")
+            # The naive time's text: the aware one's without its "+00:00" (no new
+            # datetime to make).
+            return value.isoformat(" ")[:-6]
         return value
 
     def _raw_sqlite(self) -> Any:
@@ -155,6 +158,8 @@ def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
     chain and a closure per ``fetchall``) cost as much client CPU as psycopg's own
     work. With ``execute_wrappers`` installed (``connection.execute_wrapper()``,
     e.g. a statement counter), the wrapper runs them as for any other statement.
+    Otherwise the statement goes to psycopg as the bytes it was first encoded to, so
+    psycopg neither encodes nor hashes the text again for its caches.
     """
     connection = connections[alias]
     if connection.queries_logged:
@@ -165,17 +170,20 @@ def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
             return cur.fetchall() if fetch else cur.rowcount
     if connection.connection is None:
         connection.ensure_connection()
-    # What Django checks whenever it makes a cursor: this thread may use the connection.
-    connection.validate_thread_sharing()
-    cur, sql = _hot_cursor(connection, sql)
+    # What Django checks whenever it makes a cursor: this thread may use the connection
+    # (its own check, called only when the thread is not the connection's).
+    if connection._thread_ident != get_ident():  # type: ignore[attr-defined]
+        connection.validate_thread_sharing()
+    cur, sql, query = _hot_cursor(connection, sql)
     if connection.execute_wrappers:
         wrapped = connection.make_cursor(cur)  # Django's CursorWrapper (no query log here)
         wrapped.execute(sql, params)
         return wrapped.fetchall() if fetch else wrapped.rowcount
     # What Django's CursorWrapper does around a statement.
-    connection.validate_no_broken_transaction()
+    if connection.needs_rollback:
+        connection.validate_no_broken_transaction()  # raises
     with connection.wrap_database_errors:
-        cur.execute(sql, params)
+        cur.execute(query, params)
         return cur.fetchall() if fetch else cur.rowcount
 
 
@@ -183,9 +191,9 @@ _HOT_CURSORS = 64
 """Statement texts whose cursors a connection keeps (a few per statement shape)."""
 
 
-def _hot_cursor(connection: Any, sql: str) -> tuple[Any, str]:
-    """The cursor kept for ``sql`` on ``connection`` (a preparing psycopg cursor), and
-    the text as first stored.
+def _hot_cursor(connection: Any, sql: str) -> tuple[Any, str, bytes]:
+    """The cursor kept for ``sql`` on ``connection`` (a preparing psycopg cursor), the
+    text as first stored, and that text encoded as the connection's client encoding.
 
     psycopg keeps a cursor's parameter dumpers while it runs the identical text
     object again, hence the stored text. The cursors belong to the connection they
@@ -195,17 +203,19 @@ def _hot_cursor(connection: Any, sql: str) -> tuple[Any, str]:
     kept = connection.__dict__.get("_criogen_cursors")
     if kept is None or kept[0] is not raw:
         kept = connection.__dict__["_criogen_cursors"] = (raw, {})
-    cursors: dict[str, tuple[Any, str]] = kept[1]
+    cursors: dict[str, tuple[Any, str, bytes]] = kept[1]
     hit = cursors.get(sql)
     if hit is not None and not hit[0].closed:
         return hit
     with connection.wrap_database_errors:
         cursor = _server_cursor(connection)
     if len(cursors) >= _HOT_CURSORS:
-        for old, _ in cursors.values():
+        for old, _, _ in cursors.values():
             old.close()
         cursors.clear()
-    cursors[sql] = hit = (cursor, sql)
+    # The bytes psycopg would encode the text to on every execute (and hash, for its
+    # statement caches); once here, its hash is kept with it.
+    cursors[sql] = hit = (cursor, sql, sql.encode(raw.info.encoding))
     return hit
 
 

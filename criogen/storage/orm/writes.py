@@ -107,7 +107,7 @@ class OrmWrites(OrmAudit):
         # The lease is cleared by the same UPDATE that moves the head: no separate
         # statement, no separate commit. (A run writes one thread; a batch over several
         # takes the generic path.)
-        if len({w.checkpoint.thread_id for w in writes}) != 1:
+        if len(writes) != 1 and len({w.checkpoint.thread_id for w in writes}) != 1:
             super().write_and_release(writes, lease_id=lease_id)
             return
         self._write(writes, lease_id, release=True)
@@ -256,8 +256,15 @@ class OrmWrites(OrmAudit):
         )
         if cur.rowcount != 1:
             return False
+        values = self._value_params(group)
+        if len(group) == 1 and len(values) <= _INSERT_CHUNK * 6:
+            # The usual write (one checkpoint, a few value rows): one INSERT each.
+            cur.execute(_sqlite_values_sql(_CHECKPOINT_INSERT, 9, 1), checkpoints)
+            if values:
+                cur.execute(_sqlite_values_sql(_SQLITE_VALUE_HEAD, 6, len(values) // 6), values)
+            return True
         _insert_flat_sqlite(cur, _CHECKPOINT_INSERT, 9, checkpoints)
-        _insert_flat_sqlite(cur, _VALUE_INSERT + " VALUES ", 6, self._value_params(group))
+        _insert_flat_sqlite(cur, _SQLITE_VALUE_HEAD, 6, values)
         return True
 
     def _write_groups(
@@ -483,6 +490,7 @@ def _values_sql(head: str, width: int, rows: int) -> str:
     return head + ", ".join([row] * rows)
 
 
+_SQLITE_VALUE_HEAD = _VALUE_INSERT + " VALUES "
 _SQLITE_HEAD_UPDATE = _qmark(_HEAD_UPDATE)
 _SQLITE_RELEASING_HEAD_UPDATE = _qmark(_RELEASING_HEAD_UPDATE)
 
@@ -507,6 +515,8 @@ def _sqlite_values_sql(head: str, width: int, rows: int) -> str:
 
 def _by_thread(writes: Sequence[CheckpointWrite]) -> dict[str, list[CheckpointWrite]]:
     """The writes grouped by thread, each group checked to follow on without a gap."""
+    if len(writes) == 1 and writes[0].checkpoint.version > writes[0].after:
+        return {writes[0].checkpoint.thread_id: [writes[0]]}  # a run's usual write
     by_thread: dict[str, list[CheckpointWrite]] = {}
     for w in writes:
         group = by_thread.setdefault(w.checkpoint.thread_id, [])

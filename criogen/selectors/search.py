@@ -554,13 +554,20 @@ visibility map set (an index-only scan: 0.26 against 0.57 ms at offset 5,000) an
 ~2,000 rows on without it (each row's visibility read from the table either way)."""
 
 
+_MORE = -1
+"""What a page's statement answers as its total when more threads follow the page
+(:func:`search_page` makes it ``offset + limit + 1``): the sum is not written in the
+SQL, where PostgreSQL folds it at planning, in any branch, and an offset near the
+largest it takes would overflow."""
+
+
 @functools.cache
 def _page_sql(shape: _Shape, deep: bool) -> tuple[str, list[str]]:
     """The statement of a search page of ``shape``, and its parameters' names.
 
     Its rows: the page's threads in order (``fetch``: one more than the limit, to tell
     whether more follow), each with its status, then the X-Pagination-Total of
-    :func:`search_page`: ``offset + limit + 1`` when more follow, ``offset`` + the rows
+    :func:`search_page`: :data:`_MORE` when more follow, ``offset`` + the rows
     on the last page, every matching thread counted on an empty page past the end (the
     count is not evaluated otherwise). An empty page still answers one row (all NULL but
     the total). With ``window`` (metadata filters, :func:`_page_from_window`), the page
@@ -588,8 +595,8 @@ def _page_sql(shape: _Shape, deep: bool) -> tuple[str, list[str]]:
         )
         page_names = [*inner_names, "window", *meta_names, "fetch", "offset"]
         # No row after the page: the window may have ended before the matches did.
-        total = "CASE WHEN n.n > %s THEN %s::bigint + %s + 1 END"
-        total_names: list[str] = ["limit", "offset", "limit"]
+        total = f"CASE WHEN n.n > %s THEN {_MORE} END"
+        total_names: list[str] = ["limit"]
     else:
         if deep:
             keys = ", ".join(dict.fromkeys((f't."{shape.field}"', 't."id"')))
@@ -607,10 +614,10 @@ def _page_sql(shape: _Shape, deep: bool) -> tuple[str, list[str]]:
         # More follow; else the page ends the list, unless it is empty past the end.
         counted, count_names = _count(shape)
         total = (
-            "CASE WHEN n.n > %s THEN %s::bigint + %s + 1"
+            f"CASE WHEN n.n > %s THEN {_MORE}"
             f" WHEN n.n > 0 OR %s = 0 THEN %s + n.n ELSE {counted} END"
         )
-        total_names = ["limit", "offset", "limit", "offset", "offset", *count_names]
+        total_names = ["limit", "offset", "offset", *count_names]
     sql = (
         f"WITH page AS ({page}), n AS (SELECT count(*) AS n FROM page)"  # noqa: S608
         f" SELECT {_row_select('p')},"
@@ -820,6 +827,8 @@ def _pg_search_page(
             sql, names = _page_sql(shape, deep)
         rows = pg_run(db, sql, [params[name] for name in names], fetch=True)
         total = rows[0][-1]
+        if total == _MORE:  # offset + limit + 1, made here: past 64 bits at the far end
+            total = offset + limit + 1
         if total is not None:
             break
         # The window did not hold the page and the row after it: ask the metadata index.

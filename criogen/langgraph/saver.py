@@ -51,7 +51,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from criogen.engine.crypto import Cipher, open_without_key
 from criogen.engine.store import Storage
-from criogen.storage.orm.base import _hot_cursor
+from criogen.storage.orm.base import hot_cursor
 
 __all__ = ["CriogenSaver", "close_database_threads"]
 
@@ -632,7 +632,7 @@ class CriogenSaver(BaseCheckpointSaver[str]):
                 # server-binding cursor (see criogen.storage.orm.base.pg_run).
                 if connection.connection is None:
                     connection.ensure_connection()
-                cursor, _, query = _hot_cursor(connection, statements[0][0])
+                cursor, _, query = hot_cursor(connection, statements[0][0])
                 connection.validate_no_broken_transaction()
                 with connection.wrap_database_errors:
                     cursor.execute(query, statements[0][1])

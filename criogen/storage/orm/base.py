@@ -20,7 +20,7 @@ from criogen.engine.store import (
 )
 from criogen.storage.setup import database_alias, redact
 
-__all__ = ["OrmBase", "pg_run"]
+__all__ = ["OrmBase", "hot_cursor", "pg_run"]
 
 
 @functools.lru_cache(maxsize=512)
@@ -151,7 +151,7 @@ def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
     database (e.g. behind a pooler that cannot keep prepared statements) turns the
     preparing off; so does query logging (``DEBUG``), which needs the SQL text.
 
-    Each statement text keeps its cursor on the connection (:func:`_hot_cursor`), so
+    Each statement text keeps its cursor on the connection (:func:`hot_cursor`), so
     a run's few statements do not build a cursor and its adapters every time, and
     psycopg reuses the parameter dumpers it picked for that text. The statement runs
     on that psycopg cursor itself: Django's ``CursorWrapper`` around it (a call
@@ -174,7 +174,7 @@ def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
     # (its own check, called only when the thread is not the connection's).
     if connection._thread_ident != get_ident():  # type: ignore[attr-defined]
         connection.validate_thread_sharing()
-    cur, sql, query = _hot_cursor(connection, sql)
+    cur, sql, query = hot_cursor(connection, sql)
     if connection.execute_wrappers:
         wrapped = connection.make_cursor(cur)  # Django's CursorWrapper (no query log here)
         wrapped.execute(sql, params)
@@ -191,7 +191,7 @@ _HOT_CURSORS = 64
 """Statement texts whose cursors a connection keeps (a few per statement shape)."""
 
 
-def _hot_cursor(connection: Any, sql: str) -> tuple[Any, str, bytes]:
+def hot_cursor(connection: Any, sql: str) -> tuple[Any, str, bytes]:
     """The cursor kept for ``sql`` on ``connection`` (a preparing psycopg cursor), the
     text as first stored, and that text encoded as the connection's client encoding.
 

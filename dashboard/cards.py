@@ -4,9 +4,12 @@ A card shows what its thread waits for: the head checkpoint's interrupts, the th
 id, owner and assistant, and the moment it started waiting. None of that changes until
 the head does, yet an inbox of 50 cards re-rendered them on every load and every live
 update: three quarters of the page's CPU. The rendered card is kept in a small
-per-process LRU keyed by everything it shows; the two parts that do change between two
-renders of the same card, how long it has waited and the viewer's CSRF token, are
-marks in the kept HTML, filled in on every render.
+per-process LRU keyed by everything it shows; the parts that do change between two
+renders of the same card, how long it has waited, the viewer's CSRF token and who holds
+the thread (:mod:`dashboard.claims`), are marks in the kept HTML, filled in on every
+render. What the fills need that follows from the key (the moment the wait becomes
+late, the strip of a thread nobody holds) is kept with the card: with the fills written
+through ``format_html`` card by card, they cost as much as the rest of the page.
 
 The marks are raw ``<criogen-…>`` tags: everything a user wrote is escaped in a card,
 so a mark can only be one the template put there.
@@ -14,6 +17,7 @@ so a mark can only be one the template put there.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -39,7 +43,10 @@ _AGE = "<criogen-age>"
 _CSRF = "<criogen-csrf>"
 _CLAIM = "<criogen-claim>"
 
-_kept: OrderedDict[Hashable, str] = OrderedDict()
+_Card = tuple[str, str, int]
+"""A kept card: its HTML with the marks, its unclaimed claim strip, when it is late."""
+
+_kept: OrderedDict[Hashable, _Card] = OrderedDict()
 _kept_chars = 0
 _lock = threading.Lock()
 
@@ -50,7 +57,7 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any, user: Any = N
     tag would print it: nothing when absent). Its claim strip (who holds the thread,
     see :mod:`dashboard.claims`) is filled in on every render, as ``user`` sees it."""
     from dashboard.claims import claim_strip
-    from dashboard.templatetags.criogen_ui import waiting_age
+    from dashboard.templatetags.criogen_ui import timed_age
 
     owner = item.thread.owner.get_username() if item.thread.owner_id else ""
     key = (
@@ -65,42 +72,70 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any, user: Any = N
         timezone.get_current_timezone_name(),  # the time in the card's title
     )
     with _lock:
-        html = _kept.get(key)
-        if html is not None:
+        kept = _kept.get(key)
+        if kept is not None:
             _kept.move_to_end(key)
-    if html is None:
-        context = {
-            "item": item,
-            "can_act": can_act,
-            "age_mark": _AGE,
-            "csrf_mark": _CSRF,
-            "claim_mark": _CLAIM,
-        }
-        html = render_to_string("dashboard/inbox.html#inbox-card", context)
-        _keep(key, html)
-    # As the {% csrf_token %} tag prints it: nothing without a token or for the
-    # sentinel Django's csrf_exempt views put in the context.
-    token = str(csrf_token) if csrf_token else ""
-    field = ""
-    if token and token != "NOTPROVIDED":  # noqa: S105 - Django's sentinel, not a secret
-        field = format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', token)
-    strip = claim_strip(
-        item.thread.pk, item.claim, user=user, can_act=can_act, csrf_field="", where="inbox"
+    if kept is None:
+        kept = _render(item, can_act)
+        _keep(key, kept)
+    html, unclaimed, late_after = kept
+    if item.claim is None:
+        strip = unclaimed
+    else:
+        strip = claim_strip(
+            item.thread.pk, item.claim, user=user, can_act=can_act, csrf_field="", where="inbox"
+        )
+    html = (
+        html.replace(_AGE, timed_age(item.waiting_since, late_after))
+        .replace(_CSRF, _csrf_field(str(csrf_token) if csrf_token else ""))
+        .replace(_CLAIM, strip)
     )
-    html = html.replace(_AGE, waiting_age(item)).replace(_CSRF, field).replace(_CLAIM, strip)
     return mark_safe(html)  # noqa: S308 - rendered by the template; the fills are escaped
 
 
-def _keep(key: Hashable, html: str) -> None:
+def _render(item: InboxItem, can_act: bool) -> _Card:
+    """What is kept of ``item``'s card: its HTML with the marks, its claim strip while
+    nobody holds the thread (the same for every viewer), and the age from which its
+    wait is late (both follow from the card's key alone)."""
+    from dashboard.claims import claim_strip
+    from dashboard.templatetags.criogen_ui import late_at
+
+    context = {
+        "item": item,
+        "can_act": can_act,
+        "age_mark": _AGE,
+        "csrf_mark": _CSRF,
+        "claim_mark": _CLAIM,
+    }
+    html = render_to_string("dashboard/inbox.html#inbox-card", context)
+    unclaimed = claim_strip(
+        item.thread.pk, None, user=None, can_act=can_act, csrf_field="", where="inbox"
+    )
+    since = item.waiting_since
+    late_after = max(0, int((late_at(item) - since).total_seconds()))
+    return html, str(unclaimed), late_after
+
+
+@functools.lru_cache(maxsize=256)
+def _csrf_field(token: str) -> str:
+    """The hidden field as the ``{% csrf_token %}`` tag prints it: nothing without a
+    token or for the sentinel Django's csrf_exempt views put in the context. The same
+    for every card of a page."""
+    if not token or token == "NOTPROVIDED":  # noqa: S105 - Django's sentinel, not a secret
+        return ""
+    return format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', token)
+
+
+def _keep(key: Hashable, card: _Card) -> None:
     global _kept_chars
     with _lock:
         if key in _kept:  # another thread rendered it meanwhile
             return
-        _kept[key] = html
-        _kept_chars += len(html)
+        _kept[key] = card
+        _kept_chars += len(card[0]) + len(card[1])
         while _kept and (len(_kept) > CARDS_KEPT or _kept_chars > CARDS_KEPT_CHARS):
-            _, dropped = _kept.popitem(last=False)
-            _kept_chars -= len(dropped)
+            _, (dropped, strip, _late) = _kept.popitem(last=False)
+            _kept_chars -= len(dropped) + len(strip)
 
 
 def forget_cards() -> None:

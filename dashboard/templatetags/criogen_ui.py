@@ -107,7 +107,11 @@ def age(value: datetime | timedelta | None) -> str:
     if value is None:
         return ""
     span = timezone.now() - value if isinstance(value, datetime) else value
-    seconds = max(0, int(span.total_seconds()))
+    return _compact(max(0, int(span.total_seconds())))
+
+
+def _compact(seconds: int) -> str:
+    """``seconds`` as :func:`age` writes a duration."""
     if seconds < 60:
         return f"{seconds}s"
     minutes = seconds // 60
@@ -136,21 +140,26 @@ def age_element(since: datetime | None, *, late_at: datetime | None = None) -> S
     """
     if since is None:
         return mark_safe("")  # noqa: S308 - empty
+    late_after = None if late_at is None else max(0, int((late_at - since).total_seconds()))
+    return timed_age(since, late_after)
+
+
+def timed_age(since: datetime, late_after: int | None) -> SafeString:
+    """:func:`age_element` of ``since`` late from ``late_after`` seconds on (None: never).
+
+    The inbox fills one in every card on every render, so it is written without
+    ``format_html``: each part is a number or a time stamp this function writes, and
+    none can hold a character that needs escaping.
+    """
     seconds = max(0, int((timezone.now() - since).total_seconds()))
-    late = ""
-    classes = "age"
-    if late_at is not None:
-        late_after = max(0, int((late_at - since).total_seconds()))
-        late = format_html(' data-late-at="{}"', late_after)
+    classes, late = "age", ""
+    if late_after is not None:
+        late = f' data-late-at="{late_after}"'
         if seconds >= late_after:
-            classes += " late"
-    return format_html(
-        '<time class="{}" datetime="{}" data-age="{}"{}>{}</time>',
-        classes,
-        since.isoformat(),
-        seconds,
-        late,
-        age(since),
+            classes = "age late"
+    return mark_safe(  # noqa: S308 - numbers and an ISO time stamp only
+        f'<time class="{classes}" datetime="{since.isoformat()}" data-age="{seconds}"{late}>'
+        f"{_compact(seconds)}</time>"
     )
 
 

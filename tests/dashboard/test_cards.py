@@ -173,7 +173,8 @@ def test_the_kept_cards_are_bounded_in_number_and_in_size(
     for item in items:
         cards.inbox_card(item, can_act=True, csrf_token="x")
     assert len(cards._kept) == 2
-    assert cards._kept_chars == sum(len(html) for html in cards._kept.values())
+    kept = cards._kept.values()
+    assert cards._kept_chars == sum(len(html) + len(strip) for html, strip, _ in kept)
     cards.forget_cards()
     monkeypatch.setattr(cards, "CARDS_KEPT", 2000)
     one = len(cards.inbox_card(items[0], can_act=True, csrf_token=""))
@@ -182,3 +183,30 @@ def test_the_kept_cards_are_bounded_in_number_and_in_size(
         cards.inbox_card(item, can_act=True, csrf_token="x")
     assert len(cards._kept) == 2
     assert cards._kept_chars <= cards.CARDS_KEPT_CHARS
+
+
+def test_a_kept_card_shows_who_holds_the_thread_now_as_each_viewer_sees_it(
+    operator: User, operator2: User, waiting_agent: Any, renders: list[str]
+) -> None:
+    from dashboard.claims import claim_strip
+
+    t = waiting_agent()
+    olga, oscar = client_for(operator), client_for(operator2)
+
+    def strip(client: Client) -> str:
+        card = card_of(client.get("/ui/inbox/").content.decode(), t.pk)
+        return card[card.index('<div class="claim') : card.index("</div>", card.index("claim")) + 6]
+
+    free = strip(olga)
+    assert free == claim_strip(
+        t.pk, None, user=operator, can_act=True, csrf_field="", where="inbox"
+    )
+    assert 'data-claim="free"' in free and 'name="claim"' in free
+    olga.post(f"/ui/threads/{t.pk}/claim/", {"claim": ""})
+    assert 'data-claim="mine"' in strip(olga) and 'name="release"' in strip(olga)
+    taken = strip(oscar)
+    assert 'data-claim="taken"' in taken and f"<strong>{operator.username}</strong>" in taken
+    assert 'name="take_over"' in taken
+    olga.post(f"/ui/threads/{t.pk}/claim/", {"release": ""})
+    assert strip(oscar) == free
+    assert renders == [t.pk]  # the kept card, its strip filled in for each

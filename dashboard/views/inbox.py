@@ -55,12 +55,13 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
     filters = InboxFilters.from_query(request.GET)
     context = base_context(request, "inbox")
     context.update(inbox_context(request.user, filters, can_act=context["can_act"]))
+    if request.htmx:
+        # The list alone: the filter form, with its choices, stays on the page.
+        return render(request, "dashboard/inbox.html#inbox-list", context)
     context["assistants"] = inbox_assistants(request.user)
     context["ages"] = AGES
     context["claim_choices"] = CLAIM_FILTERS
     status = 422 if context["filter_error"] else 200
-    if request.htmx:
-        return render(request, "dashboard/inbox.html#inbox-list", context)
     return render(request, "dashboard/inbox.html", context, status=status)
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import connections, router
 from django.db.models import Exists, F, Func, OuterRef, Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTransform
@@ -144,16 +146,34 @@ def inbox_page(
     total = qs.count()
     if after:
         qs = qs.filter(Q(updated_at__gt=when) | Q(updated_at=when, id__gt=last_id))
-    # Their claims come in the same query (a thread has at most one claim row).
-    threads = list(qs.select_related("owner", "claim__user")[: limit + 1])
+    # Their claims come in the same query (a thread has at most one claim row). Only the
+    # columns a card shows are read: each time stamp the driver reads costs ~10 us of
+    # Python, and the users' rows are wide (bench/NOTES.md, "The inbox among 1,000,000
+    # threads").
+    threads = list(qs.select_related("owner", "claim__user").only(*_card_fields())[: limit + 1])
     more = len(threads) > limit
     threads = threads[:limit]
     heads = {
         row.id: row
-        for row in CheckpointRow.objects.filter(id__in=[t.head_id for t in threads if t.head_id])
+        for row in CheckpointRow.objects.filter(
+            id__in=[t.head_id for t in threads if t.head_id]
+        ).only("id", "thread_id", "created_at", "body")
     }
     cursor = f"{threads[-1].updated_at.isoformat()}|{threads[-1].id}" if more and threads else ""
     return threads, heads, total, cursor
+
+
+@functools.cache
+def _card_fields() -> tuple[str, ...]:
+    """What an inbox card and its claim strip read of a thread, its owner and its claim
+    (a user's name is its model's ``USERNAME_FIELD``)."""
+    name = get_user_model().USERNAME_FIELD
+    return (
+        *("id", "updated_at", "metadata", "owner_id", "head_id", "head_version"),
+        *("owner__id", f"owner__{name}"),
+        *("claim__thread_id", "claim__user_id", "claim__version", "claim__since"),
+        *("claim__user__id", f"claim__user__{name}"),
+    )
 
 
 def inbox_assistants(who: Who) -> list[str]:

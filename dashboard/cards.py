@@ -31,7 +31,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from dashboard.data import InboxItem
 
-__all__ = ["CARDS_KEPT", "CARDS_KEPT_CHARS", "forget_cards", "inbox_card"]
+__all__ = ["CARDS_KEPT", "CARDS_KEPT_CHARS", "forget_cards", "inbox_card", "where_shown"]
 
 CARDS_KEPT = 2000
 """How many rendered cards a process keeps (~2 kB each), least recently shown first out."""
@@ -51,11 +51,19 @@ _kept_chars = 0
 _lock = threading.Lock()
 
 
-def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any, user: Any = None) -> SafeString:
+def inbox_card(
+    item: InboxItem,
+    *,
+    can_act: bool,
+    csrf_token: Any,
+    user: Any = None,
+    where: tuple[str, str] | None = None,
+) -> SafeString:
     """The card of ``item`` as ``dashboard/inbox.html#inbox-card`` renders it, for a
     viewer who may act (``can_act``) with ``csrf_token`` (as the ``{% csrf_token %}``
     tag would print it: nothing when absent). Its claim strip (who holds the thread,
-    see :mod:`dashboard.claims`) is filled in on every render, as ``user`` sees it."""
+    see :mod:`dashboard.claims`) is filled in on every render, as ``user`` sees it.
+    ``where`` is :func:`where_shown` when the caller has it (once per page)."""
     from dashboard.claims import claim_strip
     from dashboard.templatetags.criogen_ui import timed_age
 
@@ -68,8 +76,7 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any, user: Any = N
         item.assistant,
         owner,
         can_act,
-        get_script_prefix(),
-        timezone.get_current_timezone_name(),  # the time in the card's title
+        *(where or where_shown()),
     )
     with _lock:
         kept = _kept.get(key)
@@ -91,6 +98,13 @@ def inbox_card(item: InboxItem, *, can_act: bool, csrf_token: Any, user: Any = N
         .replace(_CLAIM, strip)
     )
     return mark_safe(html)  # noqa: S308 - rendered by the template; the fills are escaped
+
+
+def where_shown() -> tuple[str, str]:
+    """What a card's HTML depends on besides its thread: the script prefix of its links
+    and the time zone of the time in its title (two context-local reads, the same for
+    every card of a page)."""
+    return get_script_prefix(), timezone.get_current_timezone_name()
 
 
 def _render(item: InboxItem, can_act: bool) -> _Card:

@@ -208,12 +208,17 @@ def inbox_card(context: template.Context, item: Any) -> SafeString:
     """One inbox card (``dashboard/inbox.html#inbox-card``), kept once rendered (see
     :mod:`dashboard.cards`)."""
     from dashboard.cards import inbox_card as card
+    from dashboard.cards import where_shown
 
+    where = context.render_context.get(where_shown)
+    if where is None:  # the page's first card
+        where = context.render_context[where_shown] = where_shown()
     return card(
         item,
         can_act=bool(context.get("can_act")),
         csrf_token=context.get("csrf_token"),
         user=context.get("user"),
+        where=where,
     )
 
 

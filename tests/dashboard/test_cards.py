@@ -210,3 +210,25 @@ def test_a_kept_card_shows_who_holds_the_thread_now_as_each_viewer_sees_it(
     olga.post(f"/ui/threads/{t.pk}/claim/", {"release": ""})
     assert strip(oscar) == free
     assert renders == [t.pk]  # the kept card, its strip filled in for each
+
+
+def test_a_card_is_kept_per_script_prefix_and_time_zone(
+    as_operator: Client, waiting_agent: Any, renders: list[str], settings: Any
+) -> None:
+    from django.urls import get_script_prefix, set_script_prefix
+
+    t = waiting_agent()
+    plain = card_of(as_operator.get("/ui/inbox/").content.decode(), t.pk)
+    before = get_script_prefix()
+    set_script_prefix("/ops/")  # as a WSGI server does for SCRIPT_NAME=/ops
+    try:
+        mounted = card_of(as_operator.get("/ui/inbox/").content.decode(), t.pk)
+    finally:
+        set_script_prefix(before)
+    assert f'href="/ui/threads/{t.pk}/' in plain
+    assert f'href="/ops/ui/threads/{t.pk}/' in mounted and 'href="/ui/' not in mounted
+    settings.TIME_ZONE = "Asia/Tokyo"
+    card_of(as_operator.get("/ui/inbox/").content.decode(), t.pk)
+    assert renders == [t.pk, t.pk, t.pk]
+    assert card_of(as_operator.get("/ui/inbox/").content.decode(), t.pk)  # kept again
+    assert renders == [t.pk, t.pk, t.pk]

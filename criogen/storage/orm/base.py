@@ -303,15 +303,15 @@ def run_hot(raw: Any, hot: HotStatement, params: Sequence[Any], fetch: bool) -> 
                 raise _error(result, tx, pgconn)
             raw.wait(raw._prepared.maintain_gen(raw))
             result = _exec_prepared(raw, pgconn, hot.pg_text, tx.types or (), values, tx.formats)
-    status = result.status
-    if status == _TUPLES_OK:
-        if not fetch:
-            return result.ntuples
-        tx.set_pgresult(result)
-        return tx.load_rows(0, result.ntuples, hot.make_row)
-    if status == _COMMAND_OK and not fetch:
-        count = result.command_tuples
-        return count if count is not None else -1
+        status = result.status
+        if status == _TUPLES_OK:
+            if not fetch:
+                return result.ntuples
+            tx.set_pgresult(result)  # the transformer is the statement's: under the lock
+            return tx.load_rows(0, result.ntuples, hot.make_row)
+        if status == _COMMAND_OK and not fetch:
+            count = result.command_tuples
+            return count if count is not None else -1
     if status == _FATAL_ERROR:
         raise _error(result, tx, pgconn)
     raise _unexpected(result)

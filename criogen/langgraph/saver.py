@@ -51,7 +51,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from criogen.engine.crypto import Cipher, open_without_key
 from criogen.engine.store import Storage
-from criogen.storage.orm.base import hot_cursor
+from criogen.storage.orm.base import hot_statement, run_hot
 
 __all__ = ["CriogenSaver", "close_database_threads"]
 
@@ -628,15 +628,15 @@ class CriogenSaver(BaseCheckpointSaver[str]):
         several = len(statements) > 1
         if connection.vendor != "sqlite":
             if not several and not connection.queries_logged and not connection.execute_wrappers:
-                # One statement (every put and read here): prepared, on a kept
-                # server-binding cursor (see criogen.storage.orm.base.pg_run).
+                # One statement (every put and read here): prepared, straight
+                # through libpq (see criogen.storage.orm.base.pg_run).
                 if connection.connection is None:
                     connection.ensure_connection()
-                cursor, _, query = hot_cursor(connection, statements[0][0])
+                hot = hot_statement(connection, statements[0][0])
                 connection.validate_no_broken_transaction()
                 with connection.wrap_database_errors:
-                    cursor.execute(query, statements[0][1])
-                    return _fetch(cursor, fetch)
+                    found = run_hot(connection.connection, hot, statements[0][1], fetch is not None)
+                return found[:1] if fetch == "one" else found if fetch == "all" else []
             with connection.cursor() as cursor:
                 if several:
                     cursor.execute("BEGIN")

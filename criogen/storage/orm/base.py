@@ -20,7 +20,7 @@ from criogen.engine.store import (
 )
 from criogen.storage.setup import database_alias, redact
 
-__all__ = ["OrmBase", "hot_cursor", "pg_run"]
+__all__ = ["HotStatement", "OrmBase", "hot_cursor", "hot_statement", "pg_run", "run_hot"]
 
 
 @functools.lru_cache(maxsize=512)
@@ -145,21 +145,17 @@ def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
     checkpoint path, quoting parameters and planning the statement were most of the
     client's and much of the server's time. This runs the statement on Django's own
     connection (its transactions, thread check, broken-transaction check and error
-    translation still apply) through a server-binding psycopg cursor that prepares:
-    psycopg prepares each statement text once per connection, then sends only the
-    parameters. ``OPTIONS={"prepare_threshold": None}`` set explicitly on the
-    database (e.g. behind a pooler that cannot keep prepared statements) turns the
+    translation still apply), prepared: each statement text once per connection, then
+    only its parameters. ``OPTIONS={"prepare_threshold": None}`` set explicitly on
+    the database (e.g. behind a pooler that cannot keep prepared statements) turns the
     preparing off; so does query logging (``DEBUG``), which needs the SQL text.
 
-    Each statement text keeps its cursor on the connection (:func:`hot_cursor`), so
-    a run's few statements do not build a cursor and its adapters every time, and
-    psycopg reuses the parameter dumpers it picked for that text. The statement runs
-    on that psycopg cursor itself: Django's ``CursorWrapper`` around it (a call
-    chain and a closure per ``fetchall``) cost as much client CPU as psycopg's own
-    work. With ``execute_wrappers`` installed (``connection.execute_wrapper()``,
-    e.g. a statement counter), the wrapper runs them as for any other statement.
-    Otherwise the statement goes to psycopg as the bytes it was first encoded to, so
-    psycopg neither encodes nor hashes the text again for its caches.
+    The statement goes to libpq itself (:func:`run_hot`): psycopg's cursor drives
+    every execute through generators and its prepared-statement bookkeeping, which
+    cost a quarter of a checkpoint run's client instructions. With
+    ``execute_wrappers`` installed (``connection.execute_wrapper()``, e.g. a
+    statement counter), the wrapper runs them as for any other statement, on the
+    preparing psycopg cursor kept for the text (:func:`hot_cursor`).
     """
     connection = connections[alias]
     if connection.queries_logged:
@@ -174,21 +170,47 @@ def pg_run(alias: str, sql: str, params: Sequence[Any], *, fetch: bool) -> Any:
     # (its own check, called only when the thread is not the connection's).
     if connection._thread_ident != get_ident():  # type: ignore[attr-defined]
         connection.validate_thread_sharing()
-    cur, sql, query = hot_cursor(connection, sql)
+    hot = hot_statement(connection, sql)
     if connection.execute_wrappers:
-        wrapped = connection.make_cursor(cur)  # Django's CursorWrapper (no query log here)
-        wrapped.execute(sql, params)
+        wrapped = connection.make_cursor(hot.cursor)  # Django's CursorWrapper (no query log here)
+        wrapped.execute(hot.sql, params)
         return wrapped.fetchall() if fetch else wrapped.rowcount
     # What Django's CursorWrapper does around a statement.
     if connection.needs_rollback:
         connection.validate_no_broken_transaction()  # raises
     with connection.wrap_database_errors:
-        cur.execute(query, params)
-        return cur.fetchall() if fetch else cur.rowcount
+        return run_hot(connection.connection, hot, params, fetch)
 
 
 _HOT_CURSORS = 64
 """Statement texts whose cursors a connection keeps (a few per statement shape)."""
+
+
+class HotStatement:
+    """One hot statement text as kept on a connection: its preparing psycopg cursor,
+    and what :func:`run_hot` needs to run it on libpq directly."""
+
+    __slots__ = ("cursor", "formats", "make_row", "nparams", "pg_text", "query", "sql", "tx")
+
+    cursor: Any
+    """The server-binding psycopg cursor kept for the text (see :func:`hot_cursor`)."""
+    sql: str
+    """The text as first stored (psycopg keeps its dumpers while it sees it again)."""
+    query: bytes
+    """The text encoded as the connection's client encoding, placeholders ``%s``."""
+    pg_text: bytes | None
+    """The text with PostgreSQL's ``$n`` placeholders, as psycopg prepares it; None
+    when :func:`run_hot` leaves the statement to the cursor (preparing off, or
+    placeholders other than ``%s``)."""
+    nparams: int
+    """How many parameters the text takes."""
+    formats: list[Any]
+    """psycopg's wanted format for each parameter (all ``PyFormat.AUTO``)."""
+    tx: Any
+    """psycopg's transformer on the cursor's adapters: it dumps the parameters and
+    loads the rows exactly as the cursor would (same dumpers, same loaders)."""
+    make_row: Any
+    """The cursor's row maker (``tuple`` with psycopg's default row factory)."""
 
 
 def hot_cursor(connection: Any, sql: str) -> tuple[Any, str, bytes]:
@@ -199,32 +221,196 @@ def hot_cursor(connection: Any, sql: str) -> tuple[Any, str, bytes]:
     object again, hence the stored text. The cursors belong to the connection they
     were made on: when Django replaces its connection, they are dropped with it.
     """
+    hot = hot_statement(connection, sql)
+    return hot.cursor, hot.sql, hot.query
+
+
+def hot_statement(connection: Any, sql: str) -> HotStatement:
+    """What ``connection`` keeps for the statement text ``sql`` (:class:`HotStatement`),
+    made on first use: the cursor, the encoded and converted texts, the transformer."""
     raw = connection.connection
     kept = connection.__dict__.get("_criogen_cursors")
     if kept is None or kept[0] is not raw:
         kept = connection.__dict__["_criogen_cursors"] = (raw, {})
-    cursors: dict[str, tuple[Any, str, bytes]] = kept[1]
-    hit = cursors.get(sql)
-    if hit is not None and not hit[0].closed:
-        return hit
+    statements: dict[str, HotStatement] = kept[1]
+    hot = statements.get(sql)
+    if hot is not None and not hot.cursor.closed:
+        return hot
     with connection.wrap_database_errors:
-        cursor = _server_cursor(connection)
-    if len(cursors) >= _HOT_CURSORS:
-        for old, _, _ in cursors.values():
-            old.close()
-        cursors.clear()
+        cursor, prepare = _server_cursor(connection)
+    if len(statements) >= _HOT_CURSORS:
+        for old in statements.values():
+            old.cursor.close()
+        statements.clear()
+    hot = HotStatement()
+    hot.cursor, hot.sql = cursor, sql
     # The bytes psycopg would encode the text to on every execute (and hash, for its
     # statement caches); once here, its hash is kept with it.
-    cursors[sql] = hit = (cursor, sql, sql.encode(raw.info.encoding))
-    return hit
+    hot.query = sql.encode(raw.info.encoding)
+    hot.pg_text, hot.nparams, hot.formats = None, 0, []
+    if prepare:
+        from psycopg import adapt
+        from psycopg._enums import PyFormat
+        from psycopg._queries import _query2pg
+
+        # psycopg's own conversion of the text (its cached one): the same $n text
+        # and so the same prepared statement as its cursor would make.
+        pg_text, formats, order, _ = _query2pg(hot.query, raw.info.encoding)
+        if order is None and all(f is PyFormat.AUTO for f in formats):
+            hot.pg_text, hot.nparams, hot.formats = pg_text, len(formats), formats
+    hot.tx = adapt.Transformer(cursor) if hot.pg_text is not None else None
+    hot.make_row = cursor.row_factory(cursor)
+    statements[sql] = hot
+    return hot
 
 
+def run_hot(raw: Any, hot: HotStatement, params: Sequence[Any], fetch: bool) -> Any:
+    """Run ``hot`` on psycopg connection ``raw`` through libpq; its rows or row count.
+
+    What psycopg's cursor does for a prepared statement, without its generators:
+    the parameters dumped by psycopg's transformer, the statement prepared once per
+    connection under a name of psycopg's own prepared-statement cache (so a
+    ``ROLLBACK`` or ``DISCARD ALL`` that psycopg sees forgets it, and psycopg's cache
+    size and maintenance apply), then ``PQexecPrepared``, which releases the GIL while
+    it waits, under the connection's lock; the rows loaded by the transformer, and a
+    failed result raised as the exception psycopg builds from it
+    (``psycopg.errors.error_from_result``). The caller holds Django's
+    ``wrap_database_errors``. The first statement of a transaction (autocommit off
+    and no transaction open: psycopg sends its ``BEGIN``), a statement psycopg would
+    not prepare and a wrong parameter count go through the cursor instead.
+
+    A server that lost the statement (SQLSTATE 26000: a ``DEALLOCATE ALL`` psycopg
+    did not see) makes psycopg forget its statements; outside a transaction the
+    statement is prepared again and run once more, inside one it raises (the
+    transaction is aborted) and the next transaction prepares again.
+    """
+    pgconn = raw.pgconn
+    if (
+        hot.pg_text is None
+        or len(params) != hot.nparams
+        or (not raw.autocommit and pgconn.transaction_status == _IDLE)
+    ):
+        cur = hot.cursor
+        cur.execute(hot.query, params)
+        return cur.fetchall() if fetch else cur.rowcount
+    tx = hot.tx
+    with raw.lock:
+        values = tx.dump_sequence(params, hot.formats)
+        result = _exec_prepared(raw, pgconn, hot.pg_text, tx.types or (), values, tx.formats)
+        if result.status == _FATAL_ERROR and result.error_field(_SQLSTATE) == b"26000":
+            raw._prepared.clear()
+            if pgconn.transaction_status != _IDLE:
+                raise _error(result, tx, pgconn)
+            raw.wait(raw._prepared.maintain_gen(raw))
+            result = _exec_prepared(raw, pgconn, hot.pg_text, tx.types or (), values, tx.formats)
+        status = result.status
+        if status == _TUPLES_OK:
+            if not fetch:
+                return result.ntuples
+            tx.set_pgresult(result)  # the transformer is the statement's: under the lock
+            return tx.load_rows(0, result.ntuples, hot.make_row)
+        if status == _COMMAND_OK and not fetch:
+            count = result.command_tuples
+            return count if count is not None else -1
+    if status == _FATAL_ERROR:
+        raise _error(result, tx, pgconn)
+    raise _unexpected(result)
+
+
+def _exec_prepared(
+    raw: Any, pgconn: Any, text: bytes, types: tuple[int, ...], values: Any, formats: Any
+) -> Any:
+    """``PQexecPrepared`` of ``text`` with these parameter types, prepared first if
+    psycopg's prepared-statement cache of ``raw`` does not hold it (its bookkeeping
+    as its cursor does it); the result, failed or not. Called under ``raw.lock``."""
+    manager = raw._prepared
+    key = (text, types)
+    name = manager._names.get(key)
+    if name is not None:
+        result = pgconn.exec_prepared(name, values, formats)
+        manager._names.move_to_end(key)  # psycopg's cache is least-recently-used
+    else:
+        from psycopg._preparing import Prepare
+
+        if manager._to_flush:  # a DEALLOCATE pending: before a new statement, not after
+            raw.wait(manager.maintain_gen(raw))
+        query = _Query(text, types)
+        prep, name = manager.get(query, True)
+        if prep is Prepare.NO:  # preparing turned off on the connection since
+            return pgconn.exec_params(text, values, types, formats)
+        if prep is Prepare.SHOULD:
+            prepared = pgconn.prepare(name, text, types)
+            if prepared.status == _FATAL_ERROR:
+                return prepared
+        result = pgconn.exec_prepared(name, values, formats)
+        added = manager.maybe_add_to_cache(query, prep, name)
+        if added is not None:
+            manager.validate(added, prep, name, (result,))
+        if manager._to_flush:  # psycopg's cache rotated: deallocate the oldest
+            raw.wait(manager.maintain_gen(raw))
+    # What psycopg does after every result: hand LISTEN notifications to the handler.
+    while notify := pgconn.notifies():
+        if pgconn.notify_handler:
+            pgconn.notify_handler(notify)
+    return result
+
+
+class _Query:
+    """The two fields psycopg's prepared-statement cache reads of a query."""
+
+    __slots__ = ("query", "types")
+
+    def __init__(self, query: bytes, types: tuple[int, ...]) -> None:
+        self.query = query
+        self.types = types
+
+
+def _error(result: Any, tx: Any, pgconn: Any) -> Exception:
+    """The psycopg exception of a failed result, as its cursor raises it.
+
+    A connection lost while the statement was sent or awaited gives a result without
+    SQLSTATE (libpq's own message) that psycopg would make a bare ``DatabaseError``;
+    its cursor, reading the socket itself, raises ``OperationalError`` (or
+    ``AdminShutdown`` when the server's last message came first), as this does.
+    """
+    import psycopg
+    from psycopg.errors import error_from_result
+
+    if result.error_field(_SQLSTATE) is None and pgconn.status == _BAD:
+        message = (result.error_message or b"").decode(tx.encoding, "replace").strip()
+        return psycopg.OperationalError(f"consuming input failed: {message}")
+    return error_from_result(result, encoding=tx.encoding)
+
+
+def _unexpected(result: Any) -> Exception:
+    """What psycopg's cursor raises for a result that is neither rows, nor a command's
+    count, nor an error: rows asked of a command (``fetchall``), or another status."""
+    import psycopg
+    from psycopg import pq
+
+    if result.status == _COMMAND_OK:
+        status = (result.command_status or b"").decode()
+        return psycopg.ProgrammingError(
+            f"the last operation didn't produce records (command status: {status})"
+        )
+    return psycopg.InternalError(
+        f"unexpected result status from query: {pq.ExecStatus(result.status).name}"
+    )
+
+
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE
+_BAD = 1  # psycopg.pq.ConnStatus.BAD
+_COMMAND_OK = 1  # psycopg.pq.ExecStatus
+_TUPLES_OK = 2
+_FATAL_ERROR = 7
+_SQLSTATE = ord("C")  # psycopg.pq.DiagnosticField.SQLSTATE
 _cursor_classes: dict[bool, Any] = {}
 _PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
 
 
-def _server_cursor(connection: Any) -> Any:
-    """A server-binding psycopg cursor on Django's connection, preparing by default."""
+def _server_cursor(connection: Any) -> tuple[Any, bool]:
+    """A server-binding psycopg cursor on Django's connection, preparing by default,
+    and whether it prepares."""
     options = connection.settings_dict.get("OPTIONS") or {}
     prepare = not ("prepare_threshold" in options and options["prepare_threshold"] is None)
     cls = _cursor_classes.get(prepare)
@@ -244,4 +430,4 @@ def _server_cursor(connection: Any) -> Any:
         # what asks for it: these statements (Django's own cursors bind client-side
         # and never prepare).
         raw.prepare_threshold = _PREPARE_ONLY_WHEN_ASKED
-    return cls(raw)
+    return cls(raw), prepare

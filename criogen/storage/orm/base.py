@@ -248,17 +248,20 @@ def hot_statement(connection: Any, sql: str) -> HotStatement:
     # statement caches); once here, its hash is kept with it.
     hot.query = sql.encode(raw.info.encoding)
     hot.pg_text, hot.nparams, hot.formats = None, 0, []
-    if prepare:
-        from psycopg import adapt
-        from psycopg._enums import PyFormat
-        from psycopg._queries import _query2pg
-
+    internals = _psycopg_internals(raw) if prepare else None
+    if internals is not None:
+        auto, query2pg = internals
         # psycopg's own conversion of the text (its cached one): the same $n text
         # and so the same prepared statement as its cursor would make.
-        pg_text, formats, order, _ = _query2pg(hot.query, raw.info.encoding)
-        if order is None and all(f is PyFormat.AUTO for f in formats):
+        pg_text, formats, order, _ = query2pg(hot.query, raw.info.encoding)
+        if order is None and all(f is auto for f in formats):
             hot.pg_text, hot.nparams, hot.formats = pg_text, len(formats), formats
-    hot.tx = adapt.Transformer(cursor) if hot.pg_text is not None else None
+    if hot.pg_text is not None:
+        from psycopg import adapt
+
+        hot.tx = adapt.Transformer(cursor)
+    else:
+        hot.tx = None
     hot.make_row = cursor.row_factory(cursor)
     statements[sql] = hot
     return hot
@@ -353,6 +356,38 @@ def _exec_prepared(
         if pgconn.notify_handler:
             pgconn.notify_handler(notify)
     return result
+
+
+_PREPARED_FIELDS = ("_names", "_to_flush", "maintain_gen", "get", "maybe_add_to_cache", "validate")
+"""What :func:`_exec_prepared` uses of psycopg's prepared-statement cache."""
+
+
+@functools.cache
+def _psycopg_modules() -> tuple[Any, Any] | None:
+    """``PyFormat.AUTO`` and ``_query2pg`` from psycopg's private modules, or None
+    when this psycopg has other ones."""
+    try:
+        from psycopg._enums import PyFormat
+        from psycopg._preparing import Prepare
+        from psycopg._queries import _query2pg
+    except ImportError:
+        return None
+    if not {"NO", "SHOULD"} <= set(Prepare.__members__):
+        return None
+    return PyFormat.AUTO, _query2pg
+
+
+def _psycopg_internals(raw: Any) -> tuple[Any, Any] | None:
+    """What :func:`run_hot` needs of psycopg's internals (:func:`_psycopg_modules`),
+    or None when this psycopg or this connection lacks any of it: the statements then
+    run on the cursor, as with preparing off. The pieces are private, so the project
+    allows the psycopg releases its tests ran on (``pyproject.toml``), and this check
+    keeps another one working, on the slower path."""
+    modules = _psycopg_modules()
+    manager = getattr(raw, "_prepared", None)
+    if modules is None or not all(hasattr(manager, name) for name in _PREPARED_FIELDS):
+        return None
+    return modules
 
 
 class _Query:

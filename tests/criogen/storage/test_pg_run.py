@@ -197,3 +197,20 @@ def test_a_terminated_backend_surfaces_as_before(alias: str) -> None:
         assert not connection.is_usable()
         connection.close_if_unusable_or_obsolete()  # what Django does after a request
         assert run(alias, "SELECT %s::int", [2], fetch=True) == [(2,)]
+
+
+def test_a_psycopg_without_the_internals_runs_on_the_cursor(
+    alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from criogen.storage.orm import base
+
+    connection = connections[alias]
+    connection.__dict__.pop("_criogen_cursors", None)  # statements made again below
+    monkeypatch.setattr(base, "_psycopg_modules", lambda: None)
+    sql = "SELECT %s::int * 5, %s::text"
+    assert base.hot_statement(connection, sql).pg_text is None
+    assert pg_run(alias, sql, [2, "x"], fetch=True) == [(10, "x")]
+    assert _prepared(alias, "SELECT $1::int * 5") == 1  # still prepared, by the cursor
+    with pytest.raises(ProgrammingError):
+        pg_run(alias, "SELECT %s::int / 0 FROM no_such_table", [1], fetch=True)
+    connection.__dict__.pop("_criogen_cursors", None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 from _thread import get_ident
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -27,6 +28,19 @@ __all__ = ["OrmBase", "hot_cursor", "pg_run"]
 def _qmark(sql: str) -> str:
     """The project's ``%s`` placeholders as sqlite3's ``?`` (our SQL has no literal %)."""
     return sql.replace("%s", "?")
+
+
+def _bind_none(value: None) -> None:
+    """sqlite3's adapter for None: None, which it binds as NULL (as without one)."""
+    return value
+
+
+# sqlite3 skips its adapter lookup only for str, int, float and bytearray parameters;
+# for None the lookup's two failed attribute reads (each formatting an AttributeError
+# message) cost more than the binding. A checkpoint write binds a few (a set value's
+# ``prev``, a first checkpoint's parent). Kept if something already adapts None.
+if (type(None), sqlite3.PrepareProtocol) not in sqlite3.adapters:
+    sqlite3.register_adapter(type(None), _bind_none)
 
 
 class _SqliteCursor:
@@ -61,6 +75,42 @@ class _SqliteCursor:
 
     def __exit__(self, *exc: object) -> None:
         self._cur.close()
+
+
+def sqlite_autocommit(connection: Any) -> bool:
+    """``connection.get_autocommit()`` of Django's SQLite connection, connecting first.
+
+    Django's method and the ``ensure_connection`` it calls each look for a running
+    event loop on every call; on the hot path, as in :func:`pg_run`, that guard runs
+    only when there is a connection to open.
+    """
+    if connection.connection is None:
+        connection.ensure_connection()
+    return bool(connection.autocommit)
+
+
+def sqlite_hot(connection: Any) -> tuple[Any, Any, int] | None:
+    """What the SQLite hot path runs on: Django's sqlite3 connection, a cursor kept on
+    it and its ``synchronous`` level; None when Django must see the statements (query
+    logging: ``DEBUG`` or a query capture).
+
+    Kept per sqlite3 connection: a new cursor per write was registered with its
+    connection and closed again, and the level is read once (only the connection's
+    ``init_command`` sets it; a lease puts it back as it found it). The callers fetch
+    every row they ask for, so the cursor leaves no statement open between calls.
+    """
+    if connection.queries_logged:
+        return None
+    raw = connection.connection
+    if raw is None:
+        connection.ensure_connection()
+        raw = connection.connection
+    kept = connection.__dict__.get("_criogen_sqlite")
+    if kept is None or kept[0] is not raw:
+        with connection.wrap_database_errors:
+            (level,) = raw.execute("PRAGMA synchronous").fetchall()[0]
+            kept = connection.__dict__["_criogen_sqlite"] = (raw, raw.cursor(), int(level))
+    return kept  # type: ignore[no-any-return]
 
 
 class OrmBase(Storage):

@@ -22,7 +22,6 @@ the ``langgraph`` extra is installed.
 
 from __future__ import annotations
 
-
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone

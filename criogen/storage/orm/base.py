@@ -110,7 +110,7 @@ def sqlite_hot(connection: Any) -> tuple[Any, Any, int] | None:
         with connection.wrap_database_errors:
             (level,) = raw.execute("PRAGMA synchronous").fetchall()[0]
             kept = connection.__dict__["_criogen_sqlite"] = (raw, raw.cursor(), int(level))
-    return kept  # type: ignore[no-any-return]
+    return kept
 
 
 class OrmBase(Storage):

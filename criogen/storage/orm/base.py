@@ -8,10 +8,12 @@ import functools
 import json
 import sqlite3
 from _thread import get_ident
+from asyncio import _get_running_loop
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from asgiref import local as asgiref_local
 from django.db import connections
 
 from criogen.engine.crypto import open_without_key
@@ -75,6 +77,31 @@ class _SqliteCursor:
 
     def __exit__(self, *exc: object) -> None:
         self._cur.close()
+
+
+_THREAD_LOCAL = getattr(asgiref_local, "_ThreadCriticalLocal", None)
+"""asgiref's thread-critical ``Local``, which keeps Django's connections (None if a
+version of asgiref names it otherwise: :func:`sqlite_connection` then always asks
+Django)."""
+
+
+def sqlite_connection(alias: str) -> Any:
+    """``connections[alias]``: this thread's Django connection wrapper.
+
+    Django keeps the wrappers in asgiref's thread-critical ``Local``; in a thread
+    without a running event loop that is a ``threading.local``, and asking for a
+    wrapper there raised and caught two exceptions on the way (a missed attribute,
+    then "no running event loop"): about 10,000 instructions, several times a run.
+    Where a wrapper already exists in this thread's storage it is read from there; in
+    an event loop's thread (a context's own connections), for the first use in a
+    thread, or with another asgiref, Django's own lookup runs.
+    """
+    local = connections._connections  # type: ignore[attr-defined]
+    if type(local) is _THREAD_LOCAL and _get_running_loop() is None:
+        connection = local._storage.__dict__.get(alias)
+        if connection is not None:
+            return connection
+    return connections[alias]
 
 
 def sqlite_autocommit(connection: Any) -> bool:

@@ -26,7 +26,13 @@ from criogen.engine.checkpoints import (
 from criogen.engine.store import (
     ThreadInfo,
 )
-from criogen.storage.orm.base import OrmBase, _qmark, sqlite_autocommit, sqlite_hot
+from criogen.storage.orm.base import (
+    OrmBase,
+    _qmark,
+    sqlite_autocommit,
+    sqlite_connection,
+    sqlite_hot,
+)
 
 __all__ = ["OrmLeases"]
 
@@ -107,10 +113,11 @@ class OrmLeases(OrmBase):
         module's docstring). Inside a caller's transaction it is just a statement of
         that transaction, which commits as the caller's does.
         """
-        connection = connections[self.alias]
         if self.vendor == "postgresql":
+            connection = connections[self.alias]
             relaxed = connection.get_autocommit() and not connection.in_atomic_block
             return self._pg_run(_relaxed_pg(sql) if relaxed else sql, params, fetch=True)
+        connection = sqlite_connection(self.alias)
         hot = (
             sqlite_hot(connection)
             if not connection.in_atomic_block and sqlite_autocommit(connection)

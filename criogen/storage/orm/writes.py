@@ -28,7 +28,7 @@ from criogen.engine.store import (
     value_rows_for,
 )
 from criogen.storage.orm.audit import OrmAudit
-from criogen.storage.orm.base import _qmark, sqlite_autocommit, sqlite_hot
+from criogen.storage.orm.base import _qmark, sqlite_autocommit, sqlite_connection, sqlite_hot
 
 __all__ = ["OrmWrites"]
 
@@ -129,7 +129,7 @@ class OrmWrites(OrmAudit):
                 if not self._write_pg(thread_id, group, lease_id, release, audit=audit):
                     self._refused(thread_id, group[0].after, lease_id)
                 return
-            connection = connections[self.alias]
+            connection = sqlite_connection(self.alias)
             if (
                 len(audits) <= 1
                 and self.vendor == "sqlite"

@@ -228,3 +228,34 @@ def test_sqlite_hot_path_errors_come_out_as_djangos(storage: Storage, thread_id:
         run.close(flush=False, raise_errors=False)
     assert storage.thread_info(thread_id).head_version == 0  # type: ignore[union-attr]
     assert storage.thread_info(f"{thread_id}-2") is None
+
+
+@pytest.mark.parametrize("storage_url", ["sqlite"], indirect=True)
+def test_sqlite_connection_is_djangos_in_each_thread_and_event_loop(storage: Storage) -> None:
+    # The hot path reads this thread's wrapper from Django's storage directly: it must
+    # be the one connections[alias] gives, in this thread, another, and an event loop.
+    import asyncio
+    import threading
+
+    from criogen.storage.orm.base import sqlite_connection
+
+    alias = storage.alias  # type: ignore[attr-defined]
+    assert sqlite_connection(alias) is connections[alias]
+    seen: list[tuple[Any, Any]] = []
+
+    def other() -> None:
+        first = sqlite_connection(alias)  # none yet in this thread: Django makes it
+        seen.append((first, sqlite_connection(alias)))
+        seen.append((connections[alias], connections[alias]))
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    worker.join()
+    (first, again), (django, _) = seen
+    assert first is again is django and first is not connections[alias]
+
+    async def in_a_loop() -> tuple[Any, Any]:
+        return sqlite_connection(alias), connections[alias]
+
+    mine, djangos = asyncio.run(in_a_loop())
+    assert mine is djangos

@@ -323,6 +323,7 @@ class StatementCounter:
         orig_many = CursorWrapper.executemany
         orig_commit = BaseDatabaseWrapper.commit
         orig_ensure = BaseDatabaseWrapper.ensure_connection
+        orig_logged = BaseDatabaseWrapper.queries_logged
         traced: list[Any] = []
 
         import criogen.storage.orm.base as orm_base
@@ -357,17 +358,27 @@ class StatementCounter:
                 counter.commits += 1
             return orig_commit(self)
 
-        def ensure_connection(self: Any) -> Any:
-            # Every path to the database passes here first: trace the connection.
-            orig_ensure(self)
-            raw = self.connection
-            if self.vendor == "sqlite" and raw is not None and raw not in traced:
+        def trace(db: Any) -> None:
+            raw = db.connection
+            if db.vendor == "sqlite" and raw is not None and raw not in traced:
                 key = id(raw)
                 raw.set_trace_callback(lambda sql, k=key: counter._trace_sqlite(k, sql))
                 traced.append(raw)
 
+        def ensure_connection(self: Any) -> Any:
+            # A new connection: trace it.
+            orig_ensure(self)
+            trace(self)
+
+        def queries_logged(self: Any) -> bool:
+            # Asked before every statement, Django's or the storage's hot path (which
+            # skips ensure_connection once connected): trace a connection opened before.
+            trace(self)
+            return bool(orig_logged.fget(self))
+
         if vendor == "sqlite":
             BaseDatabaseWrapper.ensure_connection = ensure_connection  # type: ignore[method-assign]
+            BaseDatabaseWrapper.queries_logged = property(queries_logged)  # type: ignore[method-assign,assignment]
         else:
             orm_base.pg_run = pg_run
             CursorWrapper.execute = execute  # type: ignore[method-assign]
@@ -381,6 +392,7 @@ class StatementCounter:
             CursorWrapper.executemany = orig_many  # type: ignore[method-assign]
             BaseDatabaseWrapper.commit = orig_commit  # type: ignore[method-assign]
             BaseDatabaseWrapper.ensure_connection = orig_ensure  # type: ignore[method-assign]
+            BaseDatabaseWrapper.queries_logged = orig_logged  # type: ignore[method-assign]
             for raw in traced:
                 with contextlib.suppress(Exception):  # closed meanwhile
                     raw.set_trace_callback(None)

@@ -22,31 +22,21 @@ the ``langgraph`` extra is installed.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from criogen.storage.models import fields
 from criogen.storage.models.threads import Thread
 
 __all__ = ["LangGraphBlob", "LangGraphCheckpoint", "LangGraphWrite", "RowIdField"]
 
 
-class RowIdField(models.BigAutoField):
-    """Django's ``BigAutoField`` without ``AUTOINCREMENT`` on SQLite: the column is the
-    table's rowid, the next id one more than the largest, and no insert updates
-    ``sqlite_sequence`` (one page shared by every such table, written at each commit
-    that inserts: a fifth of the pages a LangGraph run commits). An id freed by
-    deleting the newest row may be given again; nothing refers to these ids. Elsewhere
-    the same as ``BigAutoField``."""
-
-    def db_type_suffix(self, connection: Any) -> str | None:
-        if connection.vendor == "sqlite":
-            return None
-        # What Field.db_type_suffix answers (django-stubs does not declare it).
-        suffix: str | None = connection.data_types_suffix.get(self.get_internal_type())
-        return suffix
+class RowIdField(fields.RowIdField):
+    """:class:`~criogen.storage.models.fields.RowIdField` under the import path migration
+    0021 gave these tables' ids (a field's path is part of its migration state). Without
+    it, each insert also rewrote the row of ``sqlite_sequence``: a fifth of the pages a
+    LangGraph run commits."""
 
 
 def _thread(name: str) -> models.ForeignKey:

@@ -18,6 +18,8 @@ from django.db import models
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
+from criogen.storage.models.fields import RowIdField
+
 HEAD_STATUSES = [
     ("in_progress", "in progress"),
     ("suspended", "suspended"),
@@ -188,6 +190,9 @@ class Value(models.Model):
     """A stored value of one state key: the whole value (``s``) or items appended (``a``)
     to the row of version ``prev``. Only changed keys get a row (see storage.base)."""
 
+    id = RowIdField(primary_key=True)
+    """The rowid: nothing refers to it (reads go by thread, key and version), and each
+    checkpoint write's commit skips the page of ``sqlite_sequence``."""
     thread = models.ForeignKey(
         Thread, on_delete=models.CASCADE, related_name="state_values", db_index=False
     )

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 from _thread import get_ident
+from asyncio import _get_running_loop
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from asgiref import local as asgiref_local
 from django.db import connections
 
 from criogen.engine.crypto import open_without_key
@@ -27,6 +30,19 @@ __all__ = ["HotStatement", "OrmBase", "hot_cursor", "hot_statement", "pg_run", "
 def _qmark(sql: str) -> str:
     """The project's ``%s`` placeholders as sqlite3's ``?`` (our SQL has no literal %)."""
     return sql.replace("%s", "?")
+
+
+def _bind_none(value: None) -> None:
+    """sqlite3's adapter for None: None, which it binds as NULL (as without one)."""
+    return value
+
+
+# sqlite3 skips its adapter lookup only for str, int, float and bytearray parameters;
+# for None the lookup's two failed attribute reads (each formatting an AttributeError
+# message) cost more than the binding. A checkpoint write binds a few (a set value's
+# ``prev``, a first checkpoint's parent). Kept if something already adapts None.
+if (type(None), sqlite3.PrepareProtocol) not in sqlite3.adapters:
+    sqlite3.register_adapter(type(None), _bind_none)
 
 
 class _SqliteCursor:
@@ -61,6 +77,67 @@ class _SqliteCursor:
 
     def __exit__(self, *exc: object) -> None:
         self._cur.close()
+
+
+_THREAD_LOCAL = getattr(asgiref_local, "_ThreadCriticalLocal", None)
+"""asgiref's thread-critical ``Local``, which keeps Django's connections (None if a
+version of asgiref names it otherwise: :func:`sqlite_connection` then always asks
+Django)."""
+
+
+def sqlite_connection(alias: str) -> Any:
+    """``connections[alias]``: this thread's Django connection wrapper.
+
+    Django keeps the wrappers in asgiref's thread-critical ``Local``; in a thread
+    without a running event loop that is a ``threading.local``, and asking for a
+    wrapper there raised and caught two exceptions on the way (a missed attribute,
+    then "no running event loop"): about 10,000 instructions, several times a run.
+    Where a wrapper already exists in this thread's storage it is read from there; in
+    an event loop's thread (a context's own connections), for the first use in a
+    thread, or with another asgiref, Django's own lookup runs.
+    """
+    local = connections._connections  # type: ignore[attr-defined]
+    if type(local) is _THREAD_LOCAL and _get_running_loop() is None:
+        connection = local._storage.__dict__.get(alias)
+        if connection is not None:
+            return connection
+    return connections[alias]
+
+
+def sqlite_autocommit(connection: Any) -> bool:
+    """``connection.get_autocommit()`` of Django's SQLite connection, connecting first.
+
+    Django's method and the ``ensure_connection`` it calls each look for a running
+    event loop on every call; on the hot path, as in :func:`pg_run`, that guard runs
+    only when there is a connection to open.
+    """
+    if connection.connection is None:
+        connection.ensure_connection()
+    return bool(connection.autocommit)
+
+
+def sqlite_hot(connection: Any) -> tuple[Any, Any, int] | None:
+    """What the SQLite hot path runs on: Django's sqlite3 connection, a cursor kept on
+    it and its ``synchronous`` level; None when Django must see the statements (query
+    logging: ``DEBUG`` or a query capture).
+
+    Kept per sqlite3 connection: a new cursor per write was registered with its
+    connection and closed again, and the level is read once (only the connection's
+    ``init_command`` sets it; a lease puts it back as it found it). The callers fetch
+    every row they ask for, so the cursor leaves no statement open between calls.
+    """
+    if connection.queries_logged:
+        return None
+    raw = connection.connection
+    if raw is None:
+        connection.ensure_connection()
+        raw = connection.connection
+    kept = connection.__dict__.get("_criogen_sqlite")
+    if kept is None or kept[0] is not raw:
+        with connection.wrap_database_errors:
+            (level,) = raw.execute("PRAGMA synchronous").fetchall()[0]
+            kept = connection.__dict__["_criogen_sqlite"] = (raw, raw.cursor(), int(level))
+    return kept
 
 
 class OrmBase(Storage):

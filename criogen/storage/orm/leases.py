@@ -26,7 +26,13 @@ from criogen.engine.checkpoints import (
 from criogen.engine.store import (
     ThreadInfo,
 )
-from criogen.storage.orm.base import OrmBase, _qmark
+from criogen.storage.orm.base import (
+    OrmBase,
+    _qmark,
+    sqlite_autocommit,
+    sqlite_connection,
+    sqlite_hot,
+)
 
 __all__ = ["OrmLeases"]
 
@@ -61,17 +67,6 @@ def _relaxed_pg(sql: str) -> str:
 
 
 _RESTORE_SYNCHRONOUS = {level: f"PRAGMA synchronous = {level}" for level in (2, 3)}
-
-
-def _synchronous(connection: Any, raw: Any) -> int:
-    """SQLite's ``synchronous`` level of ``raw`` (Django's sqlite3 connection), read once
-    per connection: only the connection's ``init_command`` sets it, and a lease puts
-    it back as it found it. (Reading it was a statement per lease.)"""
-    kept = connection.__dict__.get("_criogen_synchronous")
-    if kept is None or kept[0] is not raw:
-        (level,) = raw.execute("PRAGMA synchronous").fetchone()
-        kept = connection.__dict__["_criogen_synchronous"] = (raw, int(level))
-    return int(kept[1])
 
 
 class OrmLeases(OrmBase):
@@ -118,27 +113,37 @@ class OrmLeases(OrmBase):
         module's docstring). Inside a caller's transaction it is just a statement of
         that transaction, which commits as the caller's does.
         """
-        connection = connections[self.alias]
-        relaxed = connection.get_autocommit() and not connection.in_atomic_block
         if self.vendor == "postgresql":
+            connection = connections[self.alias]
+            relaxed = connection.get_autocommit() and not connection.in_atomic_block
             return self._pg_run(_relaxed_pg(sql) if relaxed else sql, params, fetch=True)
-        # get_autocommit() connected; with query logging on, Django's cursor logs.
-        raw = None if connection.queries_logged else connection.connection
-        if raw is None or not relaxed:
+        connection = sqlite_connection(self.alias)
+        hot = (
+            sqlite_hot(connection)
+            if not connection.in_atomic_block and sqlite_autocommit(connection)
+            else None
+        )
+        if hot is None:
+            # In a transaction, or query logging on (Django's cursor logs).
             with self._cursor() as cur:
                 cur.execute(sql, params)
                 # fetchall: SQLite finishes (and commits) the statement only when every
                 # row has been read.
                 return cur.fetchall()
-        with connection.wrap_database_errors:
-            level = _synchronous(connection, raw)
+        _, cur, level = hot
+        try:
             if level > 1:  # FULL or EXTRA: in WAL mode NORMAL skips this commit's fsync
-                raw.execute("PRAGMA synchronous = NORMAL")
+                cur.execute("PRAGMA synchronous = NORMAL")
             try:
-                return raw.execute(_qmark(sql), params).fetchall()
+                return cur.execute(_qmark(sql), params).fetchall()
             finally:
                 if level > 1:
-                    raw.execute(_RESTORE_SYNCHRONOUS[level])
+                    cur.execute(_RESTORE_SYNCHRONOUS[level])
+        except Exception:
+            # Django's error translation, entered only when there is an error to
+            # translate (around every statement it was two calls more per lease).
+            with connection.wrap_database_errors:
+                raise
 
     def thread_info(self, thread_id: str) -> ThreadInfo | None:
         with self._cursor() as cur:

@@ -28,7 +28,7 @@ from criogen.engine.store import (
     value_rows_for,
 )
 from criogen.storage.orm.audit import OrmAudit
-from criogen.storage.orm.base import _qmark
+from criogen.storage.orm.base import _qmark, sqlite_autocommit, sqlite_connection, sqlite_hot
 
 __all__ = ["OrmWrites"]
 
@@ -129,12 +129,12 @@ class OrmWrites(OrmAudit):
                 if not self._write_pg(thread_id, group, lease_id, release, audit=audit):
                     self._refused(thread_id, group[0].after, lease_id)
                 return
-            connection = connections[self.alias]
+            connection = sqlite_connection(self.alias)
             if (
                 len(audits) <= 1
                 and self.vendor == "sqlite"
                 and not connection.in_atomic_block
-                and connection.get_autocommit()
+                and sqlite_autocommit(connection)
             ):
                 self._write_sqlite(connection, by_thread, lease_id, release, audit=audit)
                 return
@@ -163,9 +163,9 @@ class OrmWrites(OrmAudit):
         two writers queue on the busy timeout instead of failing at the first write.
         """
         refused: tuple[str, int] | None = None
-        raw = None if connection.queries_logged else connection.connection
-        if raw is not None:
-            self._write_sqlite_raw(connection, raw, by_thread, lease_id, release, audit)
+        hot = sqlite_hot(connection)
+        if hot is not None:
+            self._write_sqlite_raw(connection, hot, by_thread, lease_id, release, audit)
             return
         # Query logging on (DEBUG, a query capture): Django's cursor, which logs.
         with connection.wrap_database_errors, self._cursor() as cur:
@@ -189,35 +189,38 @@ class OrmWrites(OrmAudit):
     def _write_sqlite_raw(
         self,
         connection: Any,
-        raw: Any,
+        hot: tuple[Any, Any, int],
         by_thread: dict[str, list[CheckpointWrite]],
         lease_id: str | None,
         release: bool,
         audit: AuditRecord | None,
     ) -> None:
-        """:meth:`_write_sqlite` on sqlite3's own cursor: the same statements, their
-        ``?`` texts built once per shape (no placeholder rewriting per statement)."""
+        """:meth:`_write_sqlite` on sqlite3's own cursor (:func:`sqlite_hot`): the same
+        statements, their ``?`` texts built once per shape (no placeholder rewriting
+        per statement)."""
         refused: tuple[str, int] | None = None
-        with connection.wrap_database_errors:
-            cur = raw.cursor()
+        raw, cur, _ = hot
+        try:
+            cur.execute("BEGIN IMMEDIATE")
             try:
-                cur.execute("BEGIN IMMEDIATE")
-                try:
-                    for thread_id, group in by_thread.items():
-                        if not self._write_rows_sqlite(cur, thread_id, group, lease_id, release):
-                            refused = (thread_id, group[0].after)
-                            break
-                    if audit is not None and refused is None:
-                        row = self._audit_row(audit)
-                        cur.execute(_sqlite_values_sql(_AUDIT_INSERT + " VALUES ", 8, 1), row)
-                except BaseException:
-                    # SQLite rolls some failures back by itself: only end a live one.
-                    if raw.in_transaction:
-                        cur.execute("ROLLBACK")
-                    raise
-                cur.execute("ROLLBACK" if refused else "COMMIT")
-            finally:
-                cur.close()
+                for thread_id, group in by_thread.items():
+                    if not self._write_rows_sqlite(cur, thread_id, group, lease_id, release):
+                        refused = (thread_id, group[0].after)
+                        break
+                if audit is not None and refused is None:
+                    row = self._audit_row(audit)
+                    cur.execute(_sqlite_values_sql(_AUDIT_INSERT + " VALUES ", 8, 1), row)
+            except BaseException:
+                # SQLite rolls some failures back by itself: only end a live one.
+                if raw.in_transaction:
+                    cur.execute("ROLLBACK")
+                raise
+            cur.execute("ROLLBACK" if refused else "COMMIT")
+        except Exception:
+            # Django's error translation, entered only when there is an error to
+            # translate (around every write it was two calls more).
+            with connection.wrap_database_errors:
+                raise
         if refused is not None:
             self._refused(*refused, lease_id)
 

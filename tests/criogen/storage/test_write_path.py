@@ -181,3 +181,81 @@ def test_the_write_path_shows_in_djangos_query_log(storage: Storage, thread_id: 
     assert not any("UPDATE criogen_thread SET lease_id = NULL" in s for s in sql)
     writes = [s for s in sql if "UPDATE criogen_thread SET head_version" in s]
     assert len(writes) == 4 and "lease_id = NULL" in writes[-1]
+
+
+@pytest.mark.parametrize("storage_url", ["sqlite"], indirect=True)
+def test_sqlite_writes_leave_sqlite_sequence_alone_and_bind_none_as_null(
+    storage: Storage, thread_id: str
+) -> None:
+    # The value rows' ids are rowids (migration 0023): a write's commit does not also
+    # rewrite the table's row of sqlite_sequence. A set value's prev is bound as NULL.
+    app = three_steps([], storage, thread_id).compile(storage=storage, durability="sync")
+    app.thread(thread_id).run({"x": 1})
+    with connections[storage.alias].cursor() as cur:  # type: ignore[attr-defined]
+        cur.execute("SELECT sql FROM sqlite_master WHERE name = 'criogen_value'")
+        assert "AUTOINCREMENT" not in cur.fetchone()[0].upper()
+        cur.execute("SELECT COUNT(*) FROM sqlite_sequence WHERE name = 'criogen_value'")
+        assert cur.fetchone()[0] == 0
+        cur.execute(
+            "SELECT state_key, prev IS NULL FROM criogen_value WHERE thread_id = %s"
+            " ORDER BY version, state_key",
+            [thread_id],
+        )
+        assert cur.fetchall() == [("x", 1), ("a", 1), ("b", 1), ("c", 1)]
+
+
+@pytest.mark.parametrize("storage_url", ["sqlite"], indirect=True)
+def test_sqlite_hot_path_errors_come_out_as_djangos(storage: Storage, thread_id: str) -> None:
+    # The hot path runs on sqlite3's own cursor and enters Django's error translation
+    # only when a statement fails: the caller still sees Django's exceptions.
+    from django.db import OperationalError
+
+    from criogen.engine.errors import StorageError
+
+    connection = connections[storage.alias]  # type: ignore[attr-defined]
+    run = ActiveRun(storage, thread_id, durability="sync", lease_seconds=30)
+    run.open()
+    connection.connection.execute("PRAGMA query_only = ON")
+    try:
+        with pytest.raises(OperationalError):
+            storage.acquire(f"{thread_id}-2", "run-2", seconds=30)
+        state, delta = apply_update({}, {"n": 1}, {}, origin="test")
+        with pytest.raises(StorageError, match="refused the checkpoint write"):
+            run.write(source="input", status="in_progress", state=state, delta=delta)
+        assert not connection.connection.in_transaction
+    finally:
+        connection.connection.execute("PRAGMA query_only = OFF")
+        run.close(flush=False, raise_errors=False)
+    assert storage.thread_info(thread_id).head_version == 0  # type: ignore[union-attr]
+    assert storage.thread_info(f"{thread_id}-2") is None
+
+
+@pytest.mark.parametrize("storage_url", ["sqlite"], indirect=True)
+def test_sqlite_connection_is_djangos_in_each_thread_and_event_loop(storage: Storage) -> None:
+    # The hot path reads this thread's wrapper from Django's storage directly: it must
+    # be the one connections[alias] gives, in this thread, another, and an event loop.
+    import asyncio
+    import threading
+
+    from criogen.storage.orm.base import sqlite_connection
+
+    alias = storage.alias  # type: ignore[attr-defined]
+    assert sqlite_connection(alias) is connections[alias]
+    seen: list[tuple[Any, Any]] = []
+
+    def other() -> None:
+        first = sqlite_connection(alias)  # none yet in this thread: Django makes it
+        seen.append((first, sqlite_connection(alias)))
+        seen.append((connections[alias], connections[alias]))
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    worker.join()
+    (first, again), (django, _) = seen
+    assert first is again is django and first is not connections[alias]
+
+    async def in_a_loop() -> tuple[Any, Any]:
+        return sqlite_connection(alias), connections[alias]
+
+    mine, djangos = asyncio.run(in_a_loop())
+    assert mine is djangos

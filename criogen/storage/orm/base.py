@@ -98,7 +98,8 @@ def sqlite_connection(alias: str) -> Any:
     """
     local = connections._connections  # type: ignore[attr-defined]
     if type(local) is _THREAD_LOCAL and _get_running_loop() is None:
-        connection = local._storage.__dict__.get(alias)
+        storage = local.__dict__.get("_storage")  # a threading.local in this asgiref
+        connection = getattr(storage, "__dict__", {}).get(alias)
         if connection is not None:
             return connection
     return connections[alias]

@@ -279,11 +279,11 @@ class HotStatement:
     pg_text: bytes | None
     """The text with PostgreSQL's ``$n`` placeholders, as psycopg prepares it; None
     when :func:`run_hot` leaves the statement to the cursor (preparing off, or
-    placeholders other than ``%s``)."""
+    placeholders by name)."""
     nparams: int
     """How many parameters the text takes."""
     formats: list[Any]
-    """psycopg's wanted format for each parameter (all ``PyFormat.AUTO``)."""
+    """psycopg's wanted format for each parameter (``PyFormat``: AUTO for ``%s``)."""
     tx: Any
     """psycopg's transformer on the cursor's adapters: it dumps the parameters and
     loads the rows exactly as the cursor would (same dumpers, same loaders)."""
@@ -326,13 +326,13 @@ def hot_statement(connection: Any, sql: str) -> HotStatement:
     # statement caches); once here, its hash is kept with it.
     hot.query = sql.encode(raw.info.encoding)
     hot.pg_text, hot.nparams, hot.formats = None, 0, []
-    internals = _psycopg_internals(raw) if prepare else None
-    if internals is not None:
-        auto, query2pg = internals
+    query2pg = _psycopg_internals(raw) if prepare else None
+    if query2pg is not None:
         # psycopg's own conversion of the text (its cached one): the same $n text
-        # and so the same prepared statement as its cursor would make.
+        # and so the same prepared statement as its cursor would make, and the format
+        # of each parameter (%s: as its dumper prefers, %b: binary, %t: text).
         pg_text, formats, order, _ = query2pg(hot.query, raw.info.encoding)
-        if order is None and all(f is auto for f in formats):
+        if order is None:  # placeholders by position, not by name
             hot.pg_text, hot.nparams, hot.formats = pg_text, len(formats), formats
     if hot.pg_text is not None:
         from psycopg import adapt
@@ -441,31 +441,30 @@ _PREPARED_FIELDS = ("_names", "_to_flush", "maintain_gen", "get", "maybe_add_to_
 
 
 @functools.cache
-def _psycopg_modules() -> tuple[Any, Any] | None:
-    """``PyFormat.AUTO`` and ``_query2pg`` from psycopg's private modules, or None
-    when this psycopg has other ones."""
+def _psycopg_modules() -> Any:
+    """psycopg's private ``_query2pg`` (its conversion of a query to ``$n`` placeholders
+    and parameter formats), or None when this psycopg has other private modules."""
     try:
-        from psycopg._enums import PyFormat
         from psycopg._preparing import Prepare
         from psycopg._queries import _query2pg
     except ImportError:
         return None
     if not {"NO", "SHOULD"} <= set(Prepare.__members__):
         return None
-    return PyFormat.AUTO, _query2pg
+    return _query2pg
 
 
-def _psycopg_internals(raw: Any) -> tuple[Any, Any] | None:
+def _psycopg_internals(raw: Any) -> Any:
     """What :func:`run_hot` needs of psycopg's internals (:func:`_psycopg_modules`),
     or None when this psycopg or this connection lacks any of it: the statements then
     run on the cursor, as with preparing off. The pieces are private, so the project
     allows the psycopg releases its tests ran on (``pyproject.toml``), and this check
     keeps another one working, on the slower path."""
-    modules = _psycopg_modules()
+    query2pg = _psycopg_modules()
     manager = getattr(raw, "_prepared", None)
-    if modules is None or not all(hasattr(manager, name) for name in _PREPARED_FIELDS):
+    if query2pg is None or not all(hasattr(manager, name) for name in _PREPARED_FIELDS):
         return None
-    return modules
+    return query2pg
 
 
 class _Query:

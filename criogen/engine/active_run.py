@@ -214,6 +214,8 @@ class _BackgroundWriter:
         self._idle = threading.Event()
         self._idle.set()
         self._error: BaseException | None = None
+        self.committed = False
+        """True once a batch of this run's checkpoints has committed."""
 
     def submit(self, write: CheckpointWrite, *, release: bool = False) -> None:
         """Queue ``write``; with ``release`` its batch also gives the lease back."""
@@ -242,6 +244,7 @@ class _BackgroundWriter:
                     self._storage.write_and_release(batch, lease_id=self._lease_id)
                 else:
                     self._storage.write(batch, lease_id=self._lease_id)
+                self.committed = True
                 self._storage.notify(batch)
             except BaseException as exc:  # noqa: BLE001 - handed to the run's thread
                 with self._lock:
@@ -276,6 +279,7 @@ class ActiveRun:
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         should_stop: Callable[[], bool] | None = None,
+        new_thread: bool = False,
     ) -> None:
         self.storage = storage
         self.thread_id = ThreadId(thread_id)
@@ -303,6 +307,16 @@ class ActiveRun:
         self._released = False
         """True once a run-ending write gave the lease back (``close`` has nothing to do)."""
         self._renewed_at = 0.0
+        self._new_thread = new_thread
+        """``thread_id`` is one the engine just made up (``app.run()`` on a fresh
+        thread): no row exists and nobody else knows the id, so the run takes no lease
+        up front; its first write creates the thread holding the lease
+        (``CheckpointWrite.new_thread``) and fails with LeaseLost if the id is taken."""
+        self._create = False
+        """The next write creates the thread (set by ``open`` on a new thread)."""
+        self._unborn = False
+        """True from ``open`` on a new thread until its creating write has committed:
+        there is no row yet to renew or give back."""
         self._beat = _heartbeat_for(storage)
         """The storage's heartbeat (one per storage, for as long as the storage lives)."""
         self.audit: Any = None
@@ -325,6 +339,14 @@ class ActiveRun:
 
     def open(self) -> None:
         """Take the lease (as ``on_busy`` says) and load the head."""
+        if self._new_thread:
+            # Nothing to take and no head to read: the first write creates the thread.
+            # One statement per run fewer (for ``exit``, one instead of two).
+            self._new_thread = False
+            self._held = self._create = self._unborn = True
+            self._released = False
+            self.head = None
+            return
         deadline = time.monotonic() + self.busy_timeout
         delay = 0.002
         while True:
@@ -365,12 +387,23 @@ class ActiveRun:
     def renew(self) -> None:
         """Extend the lease (called by the heartbeat)."""
         self._renewed_at = time.monotonic()
+        if not self._exists():
+            # The creating write is still on the background writer's queue: its row
+            # holds a fresh lease once it commits, and until then there is no row.
+            return
         if (
             self._held
             and not self._released
             and not self.storage.renew(self.thread_id, self.run_id, seconds=self.lease_seconds)
         ):
             self._lost = True
+
+    def _exists(self) -> bool:
+        """Whether the thread's row exists (False until a new thread's creating write
+        has committed)."""
+        if self._unborn and self._writer is not None and self._writer.committed:
+            self._unborn = False
+        return not self._unborn
 
     def close(self, *, flush: bool = True, raise_errors: bool = True) -> None:
         """Flush what is queued, stop the heartbeat and give the thread back."""
@@ -385,7 +418,8 @@ class ActiveRun:
         finally:
             if not self._released:
                 self._beat.remove(self)
-                self.storage.release(self.thread_id, self.run_id)
+                if self._exists():  # else no row was written: nothing to give back
+                    self.storage.release(self.thread_id, self.run_id)
             # else: the run-ending write gave the lease back and stopped the heartbeat.
             self._held = False
             self._released = False
@@ -487,11 +521,24 @@ class ActiveRun:
         audit, self.audit = self.audit, None
         if audit is not None:
             audit = dataclasses.replace(audit, before=self._tip_id, after=checkpoint.id)
-        write = CheckpointWrite(checkpoint, delta, self._tip_version, prev, updates, audit)
+        creating, self._create = self._create, False
+        write = CheckpointWrite(
+            checkpoint,
+            delta,
+            self._tip_version,
+            prev,
+            updates,
+            audit,
+            self.lease_seconds if creating else None,
+        )
         if self.durability == "async" and self.storage.supports_background_writes and not final:
             if self._writer is None:
                 self._writer = _BackgroundWriter(self.storage, self.run_id)
             self._writer.submit(write)
+            if creating:
+                # Renewals begin once the write commits (renew() waits for it).
+                self._renewed_at = time.monotonic()
+                self._beat.add(self)
         else:
             # The run's last write gives the lease back in the same transaction (one
             # statement and one commit less per run). The heartbeat stops first so it
@@ -511,9 +558,14 @@ class ActiveRun:
                     self.storage.write([write], lease_id=self.run_id)
                     self.storage.notify([write])
             except BaseException:
-                if release:
+                self._create = creating  # nothing was written: the next write creates
+                if release and self._exists():
                     self._beat.add(self)
                 raise
+            if creating and not release:
+                self._renewed_at = time.monotonic()
+                self._beat.add(self)
+            self._unborn = False
             self._released = release
         self._tip_version, self._tip_values, self._tip_id = version, value_versions, checkpoint.id
         self._tip_bases = value_bases

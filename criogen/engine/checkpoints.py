@@ -140,6 +140,11 @@ class CheckpointWrite:
     audit: Any = None
     """The audit event (a ``storage.base.AuditRecord``) of the person's action that
     wrote this checkpoint, stored in the same transaction; None for a run's steps."""
+    new_thread: float | None = None
+    """Set on the first write of a run that creates its thread (a thread id the engine
+    made up, so no row exists yet): storage inserts the thread row with this write, held
+    by the write's lease for this many seconds, instead of moving an existing head. The
+    write fails with LeaseLost, writing nothing, if the thread exists by then."""
 
 
 def to_snapshot(checkpoint: Checkpoint) -> dict[str, Any]:

@@ -123,9 +123,22 @@ class MemoryStorage(Storage):
         with self._lock:
             # Check every write first so that a refused batch changes nothing.
             heads: dict[str, int] = {}
+            created: dict[str, _Thread] = {}
             for w in writes:
                 cp = w.checkpoint
-                thread = self._threads.get(cp.thread_id)
+                if w.new_thread is not None and cp.thread_id not in created:
+                    if cp.thread_id in self._threads:
+                        raise LeaseLost(
+                            f"thread {cp.thread_id!r} was created by someone else while "
+                            f"run {lease_id} started on it; nothing was written.",
+                            thread_id=cp.thread_id,
+                        )
+                    created[cp.thread_id] = _Thread(
+                        audit_from=len(self._audit),
+                        lease_id=lease_id,
+                        lease_expires=time.monotonic() + w.new_thread if lease_id else 0.0,
+                    )
+                thread = created.get(cp.thread_id) or self._threads.get(cp.thread_id)
                 if thread is None:
                     thread = self._new_thread(cp.thread_id)
                 if lease_id is not None and thread.lease_id != lease_id:
@@ -144,6 +157,7 @@ class MemoryStorage(Storage):
                         thread_id=cp.thread_id,
                     )
                 heads[cp.thread_id] = cp.version
+            self._threads.update(created)
             for w in writes:
                 cp = w.checkpoint
                 thread = self._threads[cp.thread_id]

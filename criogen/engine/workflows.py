@@ -460,8 +460,10 @@ class CompiledWorkflow:
 
     def run(self, input: Mapping[str, Any] | None = None, **options: Any) -> RunResult:
         """Run once on a fresh thread (a new UUID). Options as for WorkflowThread.run."""
-        # A new UUID is a valid thread id: no check_thread_id (thread()) needed.
-        return WorkflowThread(self, ThreadId(new_id())).run(input, **options)
+        # A new UUID is a valid thread id: no check_thread_id (thread()) needed. Nobody
+        # else knows it yet, so the run's first write creates the thread (no lease
+        # statement before the run).
+        return WorkflowThread(self, ThreadId(new_id()), new=True).run(input, **options)
 
     def resume(self, snapshot: dict[str, Any], value: Any = None, **options: Any) -> RunResult:
         """Continue the run a snapshot was taken of: resume it with ``value`` if it is
@@ -498,9 +500,12 @@ class CompiledWorkflow:
 class WorkflowThread(ThreadBase):
     """One thread of a workflow: its runs, its head and its history."""
 
-    def __init__(self, app: CompiledWorkflow, thread_id: ThreadId) -> None:
+    def __init__(self, app: CompiledWorkflow, thread_id: ThreadId, *, new: bool = False) -> None:
         self.app = app
         self.id = thread_id
+        self._new = new
+        """``thread_id`` was just made up: the next run creates the thread with its
+        first write (ActiveRun's ``new_thread``)."""
 
     def __repr__(self) -> str:
         return f"<WorkflowThread {self.id!r} of {self.app.name!r}>"
@@ -681,6 +686,7 @@ class WorkflowThread(ThreadBase):
         should_stop: Callable[[], bool] | None = None,
     ) -> ActiveRun:
         app = self.app
+        new, self._new = self._new, False
         # ActiveRun checks durability and on_busy (the same checks, the same errors).
         return ActiveRun(
             app.storage,
@@ -691,6 +697,7 @@ class WorkflowThread(ThreadBase):
             busy_timeout=app.busy_timeout if busy_timeout is None else busy_timeout,
             lease_seconds=app.lease_seconds,
             should_stop=should_stop,
+            new_thread=new,
         )
 
     def _go(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -61,6 +62,14 @@ _HEAD_UPDATE = (
 )
 _RELEASING_HEAD_UPDATE = _HEAD_UPDATE.format(release=_RELEASE)
 _HEAD_UPDATE = _HEAD_UPDATE.format(release="")
+_THREAD_INSERT = (
+    "INSERT INTO criogen_thread (id, created_at, updated_at, metadata, head_version, head_id,"
+    " head_status, lease_id, lease_expires) VALUES (%s, %s, %s, '{}', %s, %s, %s, %s, %s)"
+    " ON CONFLICT (id) DO NOTHING"
+)
+"""A run's first write on a thread it creates (``CheckpointWrite.new_thread``): the row
+with its head and the run's lease, instead of a lease statement before the run and a
+head update at its first write. Inserts nothing when the thread exists."""
 _CHECKPOINT_INSERT = (
     "INSERT INTO criogen_checkpoint (id, thread_id, version, run_id, source, status,"
     " parent_id, created_at, body) VALUES "
@@ -68,17 +77,21 @@ _CHECKPOINT_INSERT = (
 
 
 @functools.lru_cache(maxsize=64)
-def _pg_write_sql(release: bool, values: int, audit: bool) -> str:
+def _pg_write_sql(release: bool, values: int, audit: bool, create: bool = False) -> str:
     """The one statement of a PostgreSQL checkpoint write: ``values`` scalar value rows
     of one checkpoint, or (``-1``) any number of checkpoints and rows as arrays; the
-    head update gives the lease back with ``release``, and ``audit`` adds one event.
-    Built once per shape, so the prepared statement's text is the same object."""
-    head = (
-        "WITH head AS (UPDATE criogen_thread SET head_version = %s, head_id = %s,"  # noqa: S608
-        f" head_status = %s, updated_at = %s{_RELEASE if release else ''}"
-        " WHERE id = %s AND head_version = %s"
-        " AND (lease_id = %s OR %s::varchar IS NULL) RETURNING id),"
-    )
+    head update gives the lease back with ``release``, ``create`` inserts the thread row
+    instead (:data:`_THREAD_INSERT`), and ``audit`` adds one event. Built once per
+    shape, so the prepared statement's text is the same object."""
+    if create:
+        head = f"WITH head AS ({_THREAD_INSERT} RETURNING id),"  # noqa: S608
+    else:
+        head = (
+            "WITH head AS (UPDATE criogen_thread SET head_version = %s, head_id = %s,"  # noqa: S608
+            f" head_status = %s, updated_at = %s{_RELEASE if release else ''}"
+            " WHERE id = %s AND head_version = %s"
+            " AND (lease_id = %s OR %s::varchar IS NULL) RETURNING id),"
+        )
     if values >= 0:
         sql = head + _CP_INSERT + f" SELECT {_CP_ROW} FROM head)"  # noqa: S608
         if values:
@@ -129,7 +142,7 @@ class OrmWrites(OrmAudit):
             if len(audits) <= 1 and self.vendor == "postgresql" and len(by_thread) == 1:
                 ((thread_id, group),) = by_thread.items()
                 if not self._write_pg(thread_id, group, lease_id, release, audit=audit):
-                    self._refused(thread_id, group[0].after, lease_id)
+                    self._refused(thread_id, group[0], lease_id)
                 return
             connection = sqlite_connection(self.alias)
             if (
@@ -164,7 +177,7 @@ class OrmWrites(OrmAudit):
         cursor is all the write needs. ``IMMEDIATE`` takes the write lock up front, so
         two writers queue on the busy timeout instead of failing at the first write.
         """
-        refused: tuple[str, int] | None = None
+        refused: tuple[str, CheckpointWrite] | None = None
         hot = sqlite_hot(connection)
         if hot is not None:
             self._write_sqlite_raw(connection, hot, by_thread, lease_id, release, audit)
@@ -175,7 +188,7 @@ class OrmWrites(OrmAudit):
             try:
                 for thread_id, group in by_thread.items():
                     if not self._write_sql(thread_id, group, lease_id, release, cur):
-                        refused = (thread_id, group[0].after)
+                        refused = (thread_id, group[0])
                         break
                 if audit is not None and refused is None:
                     _insert_rows(cur, _AUDIT_INSERT + " VALUES ", [self._audit_row(audit)])
@@ -200,14 +213,14 @@ class OrmWrites(OrmAudit):
         """:meth:`_write_sqlite` on sqlite3's own cursor (:func:`sqlite_hot`): the same
         statements, their ``?`` texts built once per shape (no placeholder rewriting
         per statement)."""
-        refused: tuple[str, int] | None = None
+        refused: tuple[str, CheckpointWrite] | None = None
         raw, cur, _ = hot
         try:
             cur.execute("BEGIN IMMEDIATE")
             try:
                 for thread_id, group in by_thread.items():
                     if not self._write_rows_sqlite(cur, thread_id, group, lease_id, release):
-                        refused = (thread_id, group[0].after)
+                        refused = (thread_id, group[0])
                         break
                 if audit is not None and refused is None:
                     row = self._audit_row(audit)
@@ -246,19 +259,22 @@ class OrmWrites(OrmAudit):
             for w in group:
                 created = db_time(w.checkpoint.created_at)
                 checkpoints += self._checkpoint_row(w.checkpoint, created)
-        cur.execute(
-            _SQLITE_RELEASING_HEAD_UPDATE if release else _SQLITE_HEAD_UPDATE,
-            (
-                last.version,
-                last.id,
-                last.status,
-                created,
-                thread_id,
-                group[0].after,
-                lease_id,
-                lease_id,
-            ),
-        )
+        if group[0].new_thread is not None:
+            cur.execute(_SQLITE_THREAD_INSERT, self._thread_row(group, created, lease_id, release))
+        else:
+            cur.execute(
+                _SQLITE_RELEASING_HEAD_UPDATE if release else _SQLITE_HEAD_UPDATE,
+                (
+                    last.version,
+                    last.id,
+                    last.status,
+                    created,
+                    thread_id,
+                    group[0].after,
+                    lease_id,
+                    lease_id,
+                ),
+            )
         if cur.rowcount != 1:
             return False
         values = self._value_params(group)
@@ -280,7 +296,7 @@ class OrmWrites(OrmAudit):
     ) -> None:
         for thread_id, group in by_thread.items():
             if not self._write_sql(thread_id, group, lease_id, release):
-                self._refused(thread_id, group[0].after, lease_id)
+                self._refused(thread_id, group[0], lease_id)
 
     @contextmanager
     def _write_errors(self, writes: Sequence[CheckpointWrite], what: str) -> Iterator[None]:
@@ -343,19 +359,22 @@ class OrmWrites(OrmAudit):
         times = [self._db_time(w.checkpoint.created_at) for w in group]
         last = group[-1].checkpoint
         with contextlib.nullcontext(cursor) if cursor is not None else self._cursor() as cur:
-            cur.execute(
-                _RELEASING_HEAD_UPDATE if release else _HEAD_UPDATE,
-                [
-                    last.version,
-                    last.id,
-                    last.status,
-                    times[-1],
-                    thread_id,
-                    group[0].after,
-                    lease_id,
-                    lease_id,
-                ],
-            )
+            if group[0].new_thread is not None:
+                cur.execute(_THREAD_INSERT, self._thread_row(group, times[-1], lease_id, release))
+            else:
+                cur.execute(
+                    _RELEASING_HEAD_UPDATE if release else _HEAD_UPDATE,
+                    [
+                        last.version,
+                        last.id,
+                        last.status,
+                        times[-1],
+                        thread_id,
+                        group[0].after,
+                        lease_id,
+                        lease_id,
+                    ],
+                )
             if cur.rowcount != 1:
                 return False
             # One multi-row INSERT per table: executemany's per-row round trips through
@@ -382,16 +401,21 @@ class OrmWrites(OrmAudit):
         # the SQL text depends only on the batch's shape, so a run's statements reuse
         # a handful of plans.
         last = group[-1].checkpoint
-        params: list[Any] = [
-            last.version,
-            last.id,
-            last.status,
-            last.created_at,
-            thread_id,
-            group[0].after,
-            lease_id,
-            lease_id,
-        ]
+        create = group[0].new_thread is not None
+        params: list[Any] = (
+            self._thread_row(group, last.created_at, lease_id, release)
+            if create
+            else [
+                last.version,
+                last.id,
+                last.status,
+                last.created_at,
+                thread_id,
+                group[0].after,
+                lease_id,
+                lease_id,
+            ]
+        )
         values = self._value_params(group)
         rows = len(values) // 6
         if len(group) == 1 and rows <= _SCALAR_VALUE_ROWS:
@@ -399,7 +423,7 @@ class OrmWrites(OrmAudit):
             # arrays cost more client CPU than the statement's execution.
             params += self._checkpoint_row(last, last.created_at)
             params += values
-            sql = _pg_write_sql(release, rows, audit is not None)
+            sql = _pg_write_sql(release, rows, audit is not None, create)
         else:
             cps = zip(
                 *(self._checkpoint_row(w.checkpoint, w.checkpoint.created_at) for w in group),
@@ -407,7 +431,7 @@ class OrmWrites(OrmAudit):
             )
             params += [list(col) for col in cps]
             params += [values[i::6] for i in range(6)]
-            sql = _pg_write_sql(release, -1, audit is not None)
+            sql = _pg_write_sql(release, -1, audit is not None, create)
         if audit is not None:
             # The event too, from the same RETURNING: no head moved, no event.
             params += self._audit_row(audit)
@@ -428,8 +452,27 @@ class OrmWrites(OrmAudit):
             self._json_in(dict(e.details)),
         ]
 
-    def _refused(self, thread_id: str, after: int, lease_id: str | None) -> None:
+    def _thread_row(
+        self, group: Sequence[CheckpointWrite], updated: Any, lease_id: str | None, release: bool
+    ) -> list[Any]:
+        """The parameters of :data:`_THREAD_INSERT` for a run's first write on a thread it
+        creates: created and updated at ``updated`` (the write's last checkpoint's time,
+        as the database takes it), held by the run's lease unless the write also gives
+        it back."""
+        last = group[-1].checkpoint
+        held = None if release else lease_id
+        expires = time.time() + (group[0].new_thread or 0.0) if held is not None else 0.0
+        return [last.thread_id, updated, updated, last.version, last.id, last.status, held, expires]
+
+    def _refused(self, thread_id: str, first: CheckpointWrite, lease_id: str | None) -> None:
         """Raise the error that explains why a write matched no thread row."""
+        if first.new_thread is not None:
+            raise LeaseLost(
+                f"thread {thread_id!r} was created by someone else while run {lease_id} "
+                "started on it; nothing was written.",
+                thread_id=thread_id,
+            )
+        after = first.after
         with self._cursor() as cur:
             cur.execute(
                 "SELECT head_version, lease_id FROM criogen_thread WHERE id = %s", [thread_id]
@@ -498,6 +541,7 @@ def _values_sql(head: str, width: int, rows: int) -> str:
 _SQLITE_VALUE_HEAD = _VALUE_INSERT + " VALUES "
 _SQLITE_HEAD_UPDATE = _qmark(_HEAD_UPDATE)
 _SQLITE_RELEASING_HEAD_UPDATE = _qmark(_RELEASING_HEAD_UPDATE)
+_SQLITE_THREAD_INSERT = _qmark(_THREAD_INSERT)
 
 
 def _insert_flat_sqlite(cur: Any, head: str, width: int, params: Sequence[Any]) -> None:

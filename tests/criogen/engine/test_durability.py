@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,8 @@ import pytest
 
 from criogen import START, Storage, Workflow, suspend
 from criogen.engine.checkpoints import CheckpointWrite
-from criogen.engine.errors import RunFailed
+from criogen.engine.errors import LeaseLost, RunFailed
+from criogen.engine.workflows import NodeContext
 
 STEP_SOURCES = [
     ("input", "in_progress"),
@@ -182,3 +184,119 @@ def test_a_run_may_choose_its_own_durability(storage: Storage, thread_id: str) -
     th.run({"x": 1}, durability="exit")
 
     assert sources(storage, thread_id) == [("step", "completed")]
+
+
+# -- app.run(): the run's first write creates its fresh thread --------------------------
+
+
+def spying(storage: Storage, seen: list[Any], *, fail: bool = False) -> Workflow:
+    """START -> spy -> end: spy notes what storage knows of its thread while it runs."""
+
+    def spy(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        info = storage.thread_info(ctx.thread_id)
+        seen.append(None if info is None else (info.head_version, info.lease_id == ctx.run_id))
+        if fail:
+            raise RuntimeError("spy failed")
+        return {"steps": ["spy"]}
+
+    wf = Workflow(reducers={"steps": "append"})
+    wf.add_node("spy", spy)
+    wf.add_edge(START, "spy")
+    return wf
+
+
+@pytest.mark.parametrize(
+    ("durability", "while_running"),
+    [("sync", [(1, True)]), ("exit", [None])],
+)
+def test_app_run_creates_its_fresh_thread_with_its_first_write(
+    storage: Storage, durability: str, while_running: list[Any]
+) -> None:
+    seen: list[Any] = []
+    app = spying(storage, seen).compile(storage=storage, durability=durability)
+
+    result = app.run({"x": 1})
+
+    # sync: the input checkpoint created the thread, held by the run, before the step;
+    # exit: nothing is written until the run ends, the thread included.
+    assert seen == while_running
+    info = storage.thread_info(result.thread_id)
+    assert info is not None and (info.head_version, info.lease_id) == (
+        result.checkpoint.version,
+        None,
+    )
+    assert storage.head(result.thread_id) == result.checkpoint
+    assert result.state == {"x": 1, "steps": ["spy"]}
+    # The thread goes on as any other: its next run takes the lease first.
+    assert app.thread(result.thread_id).run({"x": 2}).state["steps"] == ["spy", "spy"]
+
+
+def test_app_run_in_async_mode_creates_the_thread_in_the_background(storage: Storage) -> None:
+    seen: list[Any] = []
+    app = spying(storage, seen).compile(storage=storage, durability="async")
+
+    result = app.run({"x": 1})
+
+    # Whether the input's write had committed when the step looked depends on timing.
+    assert seen[0] in (None, (1, True))
+    assert [cp.source for cp in storage.history(result.thread_id)] == ["step", "input"]
+    assert storage.thread_info(result.thread_id).lease_id is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_a_fresh_thread_that_fails_keeps_its_failure(storage: Storage, durability: str) -> None:
+    seen: list[Any] = []
+    app = spying(storage, seen, fail=True).compile(storage=storage, durability=durability)
+
+    with pytest.raises(RunFailed) as failed:
+        app.run({"x": 1})
+
+    thread_id = failed.value.checkpoint.thread_id
+    head = storage.head(thread_id)
+    assert head == failed.value.checkpoint and head.status == "failed"
+    assert storage.thread_info(thread_id).lease_id is None  # type: ignore[union-attr]
+
+
+def test_a_fresh_thread_taken_while_its_run_ran_fails_the_run_and_keeps_the_taker(
+    storage: Storage,
+) -> None:
+    taken: list[str] = []
+
+    def usurp(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        # Someone learns the id and starts on it before the run's one write (exit).
+        assert storage.acquire(ctx.thread_id, "usurper", seconds=30)
+        taken.append(ctx.thread_id)
+        return {"steps": ["usurp"]}
+
+    wf = Workflow(reducers={"steps": "append"})
+    wf.add_node("usurp", usurp)
+    wf.add_edge(START, "usurp")
+    app = wf.compile(storage=storage, durability="exit")
+
+    with pytest.raises(LeaseLost, match="created by someone else"):
+        app.run({"x": 1})
+
+    info = storage.thread_info(taken[0])
+    assert info is not None and (info.head_version, info.lease_id) == (0, "usurper")
+    storage.release(taken[0], "usurper")
+
+
+def test_a_fresh_async_run_keeps_its_lease_alive_past_the_lease_time(storage: Storage) -> None:
+    seen: list[Any] = []
+
+    def slow(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        # Longer than the 1.5 s lease: only the heartbeat's renewals keep it.
+        time.sleep(2.5)
+        info = storage.thread_info(ctx.thread_id)
+        seen.append(None if info is None else info.lease_id == ctx.run_id)
+        return {"steps": ["slow"]}
+
+    wf = Workflow(reducers={"steps": "append"})
+    wf.add_node("slow", slow)
+    wf.add_edge(START, "slow")
+    app = wf.compile(storage=storage, durability="async", lease_seconds=1.5)
+
+    result = app.run({"x": 1})
+
+    assert seen == [True]
+    assert result.state["steps"] == ["slow"]

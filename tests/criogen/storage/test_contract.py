@@ -819,3 +819,79 @@ def test_listeners_see_each_batch_after_it_is_committed(
             (2, "step", True, {"a": {"steps": ["a"]}}),
             (3, "step", True, {"b": {"steps": ["b"]}}),
         ]
+
+
+# -- a run's first write creates its thread (a thread id nobody else knows yet) ----------
+
+
+def _creating(line: Line, delta: Delta, **kwargs: Any) -> CheckpointWrite:
+    """``line``'s next write, creating its thread (as ActiveRun's ``new_thread``)."""
+    return dataclasses.replace(line.next(delta, **kwargs), new_thread=LEASE)
+
+
+def test_a_creating_write_makes_the_thread_held_by_the_writers_lease(
+    storage: Storage, thread_id: str
+) -> None:
+    line = Line(thread_id)
+    first = _creating(line, sets(a=1), source="input")
+
+    storage.write([first], lease_id=line.run_id)
+    line.commit(first)
+
+    info = storage.thread_info(thread_id)
+    assert info is not None
+    assert (info.head_version, info.head_status, info.lease_id) == (1, "in_progress", line.run_id)
+    assert storage.head(thread_id) == first.checkpoint
+    assert not storage.acquire(thread_id, "another-run", seconds=LEASE)
+    # The next write moves the head as every write does.
+    assert line.write(storage, sets(a=2)).version == 2
+    assert storage.head(thread_id).state == {"a": 2}  # type: ignore[union-attr]
+
+
+def test_a_creating_write_that_ends_the_run_leaves_the_thread_free(
+    storage: Storage, thread_id: str
+) -> None:
+    line = Line(thread_id)
+    only = _creating(line, sets(a=1), status="completed")
+
+    storage.write_and_release([only], lease_id=line.run_id)
+
+    info = storage.thread_info(thread_id)
+    assert info is not None and (info.head_version, info.lease_id) == (1, None)
+    assert storage.head(thread_id).state == {"a": 1}  # type: ignore[union-attr]
+    assert storage.acquire(thread_id, "next-run", seconds=LEASE)
+
+
+def test_a_batch_that_creates_the_thread_writes_every_checkpoint(
+    storage: Storage, thread_id: str
+) -> None:
+    line = Line(thread_id)
+    first = _creating(line, sets(a=1), source="input")
+    line.commit(first)
+    second = line.next(appends(steps=["x"]))
+    line.commit(second)
+
+    storage.write([first, second], lease_id=line.run_id)
+
+    assert [cp.version for cp in storage.history(thread_id)] == [2, 1]
+    assert storage.head(thread_id).state == {"a": 1, "steps": ["x"]}  # type: ignore[union-attr]
+    assert storage.thread_info(thread_id).lease_id == line.run_id  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("holder", [None, "another-run"])
+@pytest.mark.parametrize("verb", ["write", "write_and_release"])
+def test_a_creating_write_on_a_thread_that_exists_is_refused_and_writes_nothing(
+    storage: Storage, thread_id: str, holder: str | None, verb: str
+) -> None:
+    # The thread was created meanwhile: by a run that holds it, or held and given back.
+    assert storage.acquire(thread_id, holder or "gone", seconds=LEASE)
+    if holder is None:
+        storage.release(thread_id, "gone")
+    line = Line(thread_id)
+
+    with pytest.raises(LeaseLost, match="created by someone else"):
+        getattr(storage, verb)([_creating(line, sets(a=1))], lease_id=line.run_id)
+
+    info = storage.thread_info(thread_id)
+    assert info is not None and (info.head_version, info.lease_id) == (0, holder)
+    assert storage.head(thread_id) is None

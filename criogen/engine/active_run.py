@@ -522,6 +522,7 @@ class ActiveRun:
         if audit is not None:
             audit = dataclasses.replace(audit, before=self._tip_id, after=checkpoint.id)
         creating, self._create = self._create, False
+        last = self.last
         write = CheckpointWrite(
             checkpoint,
             delta,
@@ -530,6 +531,8 @@ class ActiveRun:
             updates,
             audit,
             self.lease_seconds if creating else None,
+            # A step in the middle of the run: the thread's status and updated_at stay.
+            touch=final or last is None or last.status != status or status != "in_progress",
         )
         if self.durability == "async" and self.storage.supports_background_writes and not final:
             if self._writer is None:

@@ -145,6 +145,12 @@ class CheckpointWrite:
     made up, so no row exists yet): storage inserts the thread row with this write, held
     by the write's lease for this many seconds, instead of moving an existing head. The
     write fails with LeaseLost, writing nothing, if the thread exists by then."""
+    touch: bool = True
+    """Whether the write moves the thread's ``updated_at``. False only for a run's step
+    that follows another of the same run in the same status (``in_progress``): the
+    thread's lists order by ``updated_at``, and not moving it lets the database update
+    the head without rewriting the thread's list indexes. A run moves it when it starts
+    writing and when it ends, as every other change to a thread does."""
 
 
 def to_snapshot(checkpoint: Checkpoint) -> dict[str, Any]:

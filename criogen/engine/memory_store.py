@@ -164,7 +164,8 @@ class MemoryStorage(Storage):
                 for key, version, kind, data, prev in value_rows_for(w):
                     thread.values[(key, version)] = ValueRow(kind, data, prev)
                 thread.checkpoints.append(replace(cp, state={}))
-                thread.updated = time.monotonic()
+                if w.touch:
+                    thread.updated = time.monotonic()
                 if w.audit is not None and self.audit_enabled:
                     self._audit.append(w.audit)
 

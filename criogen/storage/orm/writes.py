@@ -56,12 +56,17 @@ _VALUE_ROW = "(%s::varchar, %s::varchar, %s::int, %s::varchar, %s::int, %s::text
 _SCALAR_VALUE_ROWS = 8
 """Up to this many value rows, a one-checkpoint write binds scalars instead of arrays."""
 _HEAD_UPDATE = (
-    "UPDATE criogen_thread SET head_version = %s, head_id = %s, head_status = %s,"
-    " updated_at = %s{release} WHERE id = %s"
+    "UPDATE criogen_thread SET head_version = %s, head_id = %s, head_status = %s"
+    "{touch}{release} WHERE id = %s"
     " AND head_version = %s AND (lease_id = %s OR %s IS NULL)"
 )
-_RELEASING_HEAD_UPDATE = _HEAD_UPDATE.format(release=_RELEASE)
-_HEAD_UPDATE = _HEAD_UPDATE.format(release="")
+_TOUCH = ", updated_at = %s"
+"""In every head update but a run's mid-run steps (``CheckpointWrite.touch``): without
+it, the update changes no column of the thread's list indexes, and SQLite writes no
+index page for it (PostgreSQL makes it a heap-only update)."""
+_RELEASING_HEAD_UPDATE = _HEAD_UPDATE.format(touch=_TOUCH, release=_RELEASE)
+_STEP_HEAD_UPDATE = _HEAD_UPDATE.format(touch="", release="")
+_HEAD_UPDATE = _HEAD_UPDATE.format(touch=_TOUCH, release="")
 _THREAD_INSERT = (
     "INSERT INTO criogen_thread (id, created_at, updated_at, metadata, head_version, head_id,"
     " head_status, lease_id, lease_expires) VALUES (%s, %s, %s, '{}', %s, %s, %s, %s, %s)"
@@ -77,18 +82,21 @@ _CHECKPOINT_INSERT = (
 
 
 @functools.lru_cache(maxsize=64)
-def _pg_write_sql(release: bool, values: int, audit: bool, create: bool = False) -> str:
+def _pg_write_sql(
+    release: bool, values: int, audit: bool, create: bool = False, touch: bool = True
+) -> str:
     """The one statement of a PostgreSQL checkpoint write: ``values`` scalar value rows
     of one checkpoint, or (``-1``) any number of checkpoints and rows as arrays; the
-    head update gives the lease back with ``release``, ``create`` inserts the thread row
-    instead (:data:`_THREAD_INSERT`), and ``audit`` adds one event. Built once per
-    shape, so the prepared statement's text is the same object."""
+    head update gives the lease back with ``release`` and moves ``updated_at`` with
+    ``touch``, ``create`` inserts the thread row instead (:data:`_THREAD_INSERT`), and
+    ``audit`` adds one event. Built once per shape, so the prepared statement's text is
+    the same object."""
     if create:
         head = f"WITH head AS ({_THREAD_INSERT} RETURNING id),"  # noqa: S608
     else:
         head = (
             "WITH head AS (UPDATE criogen_thread SET head_version = %s, head_id = %s,"  # noqa: S608
-            f" head_status = %s, updated_at = %s{_RELEASE if release else ''}"
+            f" head_status = %s{_TOUCH if touch else ''}{_RELEASE if release else ''}"
             " WHERE id = %s AND head_version = %s"
             " AND (lease_id = %s OR %s::varchar IS NULL) RETURNING id),"
         )
@@ -261,7 +269,7 @@ class OrmWrites(OrmAudit):
                 checkpoints += self._checkpoint_row(w.checkpoint, created)
         if group[0].new_thread is not None:
             cur.execute(_SQLITE_THREAD_INSERT, self._thread_row(group, created, lease_id, release))
-        else:
+        elif release or _touches(group):
             cur.execute(
                 _SQLITE_RELEASING_HEAD_UPDATE if release else _SQLITE_HEAD_UPDATE,
                 (
@@ -274,6 +282,11 @@ class OrmWrites(OrmAudit):
                     lease_id,
                     lease_id,
                 ),
+            )
+        else:
+            cur.execute(
+                _SQLITE_STEP_HEAD_UPDATE,
+                (last.version, last.id, last.status, thread_id, group[0].after, lease_id, lease_id),
             )
         if cur.rowcount != 1:
             return False
@@ -362,13 +375,18 @@ class OrmWrites(OrmAudit):
             if group[0].new_thread is not None:
                 cur.execute(_THREAD_INSERT, self._thread_row(group, times[-1], lease_id, release))
             else:
+                touch = release or _touches(group)
                 cur.execute(
-                    _RELEASING_HEAD_UPDATE if release else _HEAD_UPDATE,
+                    _RELEASING_HEAD_UPDATE
+                    if release
+                    else _HEAD_UPDATE
+                    if touch
+                    else _STEP_HEAD_UPDATE,
                     [
                         last.version,
                         last.id,
                         last.status,
-                        times[-1],
+                        *([times[-1]] if touch else ()),
                         thread_id,
                         group[0].after,
                         lease_id,
@@ -402,6 +420,7 @@ class OrmWrites(OrmAudit):
         # a handful of plans.
         last = group[-1].checkpoint
         create = group[0].new_thread is not None
+        touch = release or _touches(group)
         params: list[Any] = (
             self._thread_row(group, last.created_at, lease_id, release)
             if create
@@ -409,7 +428,7 @@ class OrmWrites(OrmAudit):
                 last.version,
                 last.id,
                 last.status,
-                last.created_at,
+                *([last.created_at] if touch else ()),
                 thread_id,
                 group[0].after,
                 lease_id,
@@ -423,7 +442,7 @@ class OrmWrites(OrmAudit):
             # arrays cost more client CPU than the statement's execution.
             params += self._checkpoint_row(last, last.created_at)
             params += values
-            sql = _pg_write_sql(release, rows, audit is not None, create)
+            sql = _pg_write_sql(release, rows, audit is not None, create, touch)
         else:
             cps = zip(
                 *(self._checkpoint_row(w.checkpoint, w.checkpoint.created_at) for w in group),
@@ -431,7 +450,7 @@ class OrmWrites(OrmAudit):
             )
             params += [list(col) for col in cps]
             params += [values[i::6] for i in range(6)]
-            sql = _pg_write_sql(release, -1, audit is not None, create)
+            sql = _pg_write_sql(release, -1, audit is not None, create, touch)
         if audit is not None:
             # The event too, from the same RETURNING: no head moved, no event.
             params += self._audit_row(audit)
@@ -542,6 +561,15 @@ _SQLITE_VALUE_HEAD = _VALUE_INSERT + " VALUES "
 _SQLITE_HEAD_UPDATE = _qmark(_HEAD_UPDATE)
 _SQLITE_RELEASING_HEAD_UPDATE = _qmark(_RELEASING_HEAD_UPDATE)
 _SQLITE_THREAD_INSERT = _qmark(_THREAD_INSERT)
+_SQLITE_STEP_HEAD_UPDATE = _qmark(_STEP_HEAD_UPDATE)
+
+
+def _touches(group: Sequence[CheckpointWrite]) -> bool:
+    """Whether writing ``group`` moves the thread's ``updated_at`` (one of its writes
+    does: ``CheckpointWrite.touch``)."""
+    if len(group) == 1:
+        return group[0].touch
+    return any(w.touch for w in group)
 
 
 def _insert_flat_sqlite(cur: Any, head: str, width: int, params: Sequence[Any]) -> None:

@@ -895,3 +895,29 @@ def test_a_creating_write_on_a_thread_that_exists_is_refused_and_writes_nothing(
     info = storage.thread_info(thread_id)
     assert info is not None and (info.head_version, info.lease_id) == (0, holder)
     assert storage.head(thread_id) is None
+
+
+def test_a_write_that_does_not_touch_moves_the_head_but_not_the_threads_place(
+    storage: Storage, thread_id: str
+) -> None:
+    older, newer = Line(f"{thread_id}-older"), Line(f"{thread_id}-newer")
+    for one in (older, newer):
+        assert storage.acquire(one.thread_id, one.run_id, seconds=LEASE)
+        one.write(storage, sets(a=1))
+        time.sleep(0.002)
+    assert storage.thread_ids(limit=2) == [newer.thread_id, older.thread_id]
+
+    # A run's mid-run step: the head moves, updated_at (the lists' order) stays.
+    step = dataclasses.replace(older.next(sets(a=2)), touch=False)
+    storage.write([step], lease_id=older.run_id)
+    older.commit(step)
+    assert storage.head(older.thread_id).state == {"a": 2}  # type: ignore[union-attr]
+    assert storage.thread_ids(limit=2) == [newer.thread_id, older.thread_id]
+
+    # A batch with one touching write moves it.
+    quiet = dataclasses.replace(older.next(sets(a=3)), touch=False)
+    older.commit(quiet)
+    loud = older.next(sets(a=4), status="completed")
+    older.commit(loud)
+    storage.write([quiet, loud], lease_id=older.run_id)
+    assert storage.thread_ids(limit=2) == [older.thread_id, newer.thread_id]

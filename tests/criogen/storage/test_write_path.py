@@ -259,3 +259,32 @@ def test_sqlite_connection_is_djangos_in_each_thread_and_event_loop(storage: Sto
 
     mine, djangos = asyncio.run(in_a_loop())
     assert mine is djangos
+
+
+@pytest.mark.parametrize("storage_url", ["sqlite", "postgres"], indirect=True)
+def test_a_run_moves_its_threads_updated_at_when_it_starts_and_when_it_ends(
+    storage: Storage, thread_id: str
+) -> None:
+    from criogen.storage.models import Thread
+
+    alias = storage.alias  # type: ignore[attr-defined]
+    threads = Thread.objects.using(alias)
+    seen: list[Any] = []
+
+    def b(state: dict[str, Any]) -> dict[str, Any]:
+        seen.append(threads.values_list("updated_at", flat=True).get(pk=thread_id))
+        return {"b": 1}
+
+    wf = Workflow()
+    wf.add_node("a", lambda s: {"a": 1})
+    wf.add_node("b", b)
+    wf.add_node("c", lambda s: {"c": 1})
+    wf.add_edge(START, "a").add_edge("a", "b").add_edge("b", "c")
+    app = wf.compile(storage=storage, durability="sync")
+    app.thread(thread_id).run({"x": 1})
+
+    first, *_, last = reversed(storage.history(thread_id))
+    # In the middle of the run (after step a) the thread still shows the run's start:
+    # its mid-run steps update the head without moving the lists' order.
+    assert seen == [first.created_at]
+    assert threads.values_list("updated_at", flat=True).get(pk=thread_id) == last.created_at

@@ -82,7 +82,7 @@ class Thread(models.Model):
         default="delete",
         db_default="delete",
     )
-    expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "criogen_thread"
@@ -98,14 +98,31 @@ class Thread(models.Model):
             # Search's default order (newest first), for operators and for each owner;
             # and each owner's "recently updated" list (keyset pages of the dashboard).
             models.Index(fields=["created_at", "id"], name="criogen_thread_created_idx"),
-            models.Index(fields=["owner", "created_at", "id"], name="criogen_thread_owner_new_idx"),
-            models.Index(fields=["owner", "updated_at", "id"], name="criogen_thread_owner_upd_idx"),
+            # The owner's lists index only owned threads (a query by owner implies it):
+            # the threads a script or a worker makes have none, and their rows then cost
+            # no entry in these (migration 0024).
+            models.Index(
+                fields=["owner", "created_at", "id"],
+                name="criogen_thread_owner_new_idx",
+                condition=models.Q(owner__isnull=False),
+            ),
+            models.Index(
+                fields=["owner", "updated_at", "id"],
+                name="criogen_thread_owner_upd_idx",
+                condition=models.Q(owner__isnull=False),
+            ),
             # An owner's threads waiting for someone or failed (status filters, a user's
             # inbox): a few percent of the rows, so a small partial index.
             models.Index(
                 fields=["owner", "head_status", "created_at", "id"],
                 name="criogen_thread_owner_wait_idx",
-                condition=models.Q(head_status__in=["suspended", "failed"]),
+                condition=models.Q(head_status__in=["suspended", "failed"], owner__isnull=False),
+            ),
+            # The TTL sweep's order: only threads with a time to live.
+            models.Index(
+                fields=["expires_at"],
+                name="criogen_thread_expires_idx",
+                condition=models.Q(expires_at__isnull=False),
             ),
             # The inbox filtered by assistant (its count and its page): the suspended
             # threads whose graph_id, or assistant_id, is that assistant.

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
+from django.utils import timezone
 
 from criogen import Storage
 
@@ -49,3 +50,46 @@ def test_the_owner_has_no_index_of_its_own_but_its_lists_begin_with_it(indexes: 
     thread = indexes("criogen_thread")
     assert ["owner_id"] not in thread.values()
     assert ["owner_id", "created_at", "id"] in thread.values()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def plan(request: pytest.FixtureRequest, django_db_blocker: Any) -> Any:
+    """A function: queryset of criogen_thread -> its plan, on each SQL backend (on
+    PostgreSQL with sequential scans off, so the plan shows whether an index can serve
+    the query at all, whatever the few rows of a test database would favour)."""
+    from criogen.storage.models import Thread
+
+    url = request.getfixturevalue(f"{request.param}_url")
+    with django_db_blocker.unblock():
+        alias = Storage(url).alias
+        connection = connections[alias]
+
+        def explain(build: Any) -> str:
+            with transaction.atomic(using=alias):
+                if connection.vendor == "postgresql":
+                    with connection.cursor() as cursor:
+                        cursor.execute("SET LOCAL enable_seqscan = off")
+                return str(build(Thread.objects.using(alias)).explain())
+
+        yield explain
+
+
+def test_the_owners_lists_and_the_ttl_sweep_keep_their_partial_indexes(plan: Any) -> None:
+    # Partial (migration 0024): only owned threads and threads with a time to live have
+    # an entry; a query by owner or by expiry implies the condition, so it still uses it.
+    # (Each of these is the one index that matches both the filter and the order, so
+    # the plan does not depend on what the other tests left in the table.)
+    newest = plan(lambda threads: threads.filter(owner_id=1).order_by("-created_at", "-id")[:20])
+    recent = plan(lambda threads: threads.filter(owner_id=1).order_by("-updated_at", "-id")[:20])
+    due = plan(
+        lambda threads: threads.filter(expires_at__lte=timezone.now()).order_by("expires_at")[:50]
+    )
+    assert "criogen_thread_owner_new_idx" in newest
+    assert "criogen_thread_owner_upd_idx" in recent
+    assert "criogen_thread_expires_idx" in due
+
+
+def test_a_thread_with_neither_owner_nor_ttl_has_no_entry_in_them(indexes: Any) -> None:
+    thread = indexes("criogen_thread")
+    assert ["expires_at"] in thread.values()
+    assert not [name for name in thread if name.endswith("_like")]

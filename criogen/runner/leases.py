@@ -87,7 +87,7 @@ class _Leases:
 _leases = _Leases()
 
 
-def reap_expired() -> dict[str, list[str]]:
+def reap_expired(*, leases_at: float | None = None) -> dict[str, list[str]]:
     """Re-queue runs whose worker died, and restart queued runs nobody started.
 
     ``running`` runs whose lease expired go back to ``pending`` and are enqueued; the
@@ -95,9 +95,12 @@ def reap_expired() -> dict[str, list[str]]:
     starts over (``exit``). ``pending`` runs that are first in line on their thread and
     older than a lease (their enqueue was lost, e.g. the web process died) are enqueued
     again, and so are delayed runs that came due (their timer died with a server).
-    Returns ``{"requeued": [...], "restarted": [...]}`` (run ids).
+    Returns ``{"requeued": [...], "restarted": [...]}`` (run ids). ``leases_at`` (Unix
+    time, default the clock) is the moment the ``running`` runs' leases are judged at:
+    a later one re-queues what the reaper would then (a worker stalled since, without
+    racing its heartbeat).
     """
-    now = time.time()
+    now = time.time() if leases_at is None else leases_at
     requeued: list[str] = []
     expired = Run.objects.filter(status="running", lease_expires__lt=now).values_list(
         "pk", "attempts", "thread_id"

@@ -457,9 +457,10 @@ def test_an_ended_run_is_posted_to_its_webhook_with_the_state(
 def test_a_live_run_wrongly_reaped_is_not_run_twice_and_still_completes(thread_id: str) -> None:
     run = start(thread_id, input={"n": 0, "sleep": 0.8}, durability="sync")
     wait_for_version(thread_id, 2)  # b sleeps on the first attempt
-    # The worker "stalls": its lease looks expired, and the reaper takes the run away.
-    Run.objects.filter(pk=run.pk).update(lease_expires=0.0)
-    assert runner.reap_expired()["requeued"] == [str(run.pk)]
+    # The worker "stalls": the reaper looks at its lease from a moment past its expiry
+    # (renewed or not meanwhile: setting the lease to 0 here raced the heartbeat, which
+    # could renew it between that update and the reaper's) and takes the run away.
+    assert runner.reap_expired(leases_at=time.time() + 60)["requeued"] == [str(run.pk)]
 
     run = finish(run, timeout=30)
     runner.drain(timeout=30)

@@ -420,7 +420,7 @@ class OrmWrites(OrmAudit):
         # a handful of plans.
         last = group[-1].checkpoint
         create = group[0].new_thread is not None
-        touch = release or _touches(group)
+        touch = release or create or _touches(group)  # (an insert has no touch to skip)
         params: list[Any] = (
             self._thread_row(group, last.created_at, lease_id, release)
             if create

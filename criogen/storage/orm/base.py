@@ -305,8 +305,12 @@ def hot_cursor(connection: Any, sql: str) -> tuple[Any, str, bytes]:
 
 def hot_statement(connection: Any, sql: str) -> HotStatement:
     """What ``connection`` keeps for the statement text ``sql`` (:class:`HotStatement`),
-    made on first use: the cursor, the encoded and converted texts, the transformer."""
+    made on first use: the cursor, the encoded and converted texts, the transformer.
+    Opens the connection if Django has closed it."""
     raw = connection.connection
+    if raw is None:
+        connection.ensure_connection()
+        raw = connection.connection
     kept = connection.__dict__.get("_criogen_cursors")
     if kept is None or kept[0] is not raw:
         kept = connection.__dict__["_criogen_cursors"] = (raw, {})

@@ -69,13 +69,16 @@ def execute_run(run_id: Any) -> str | None:
     stop = _Stop(run_id, run.attempts, **_deadline(run))
     with _stops_lock:
         _stops[run_id] = stop
-    _leases.add(run_id, run.attempts)
+    attempt = run.attempts
+    _leases.add(run_id, attempt)
     try:
         outcome = _drive(run, stop)
     finally:
-        _leases.remove(run_id)
+        # Only this attempt's: a later one of the same run may be under way here.
+        _leases.remove(run_id, attempt)
         with _stops_lock:
-            _stops.pop(run_id, None)
+            if _stops.get(run_id) is stop:
+                del _stops[run_id]
     if outcome.status == "lost":
         logger.warning("run %s was taken over by another attempt; this one stopped", run_id)
         return None

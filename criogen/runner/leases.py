@@ -42,9 +42,12 @@ class _Leases:
                 )
                 self._thread.start()
 
-    def remove(self, run_id: str) -> None:
+    def remove(self, run_id: str, attempt: int) -> None:
+        """Stop renewing ``attempt`` of the run; a later attempt of the same run that
+        took it over in this process (the reaper gave it away) keeps its renewals."""
         with self._cond:
-            self._runs.pop(run_id, None)
+            if self._runs.get(run_id) == attempt:
+                del self._runs[run_id]
 
     LINGER = 5.0
     """Seconds the thread waits for a next run before it ends (no thread per run)."""

@@ -582,3 +582,18 @@ def test_a_runs_end_is_one_statement_and_its_threads_next_run_is_handed_over(
     assert runner.execute_run(second.pk) == "success"
     assert Run.objects.get(pk=second.pk).status == "running"
     assert enqueued == [str(third.pk)]
+
+
+def test_an_attempt_that_ends_late_leaves_the_next_attempts_renewals_alone() -> None:
+    from criogen.runner.leases import _Leases
+
+    leases = _Leases()
+    leases.add("run-1", 1)
+    # The reaper gave the run away and a second attempt started in this process…
+    leases.add("run-1", 2)
+    # …before the first one noticed and ended: its end must not stop the second's
+    # renewals (the run would then look dead a lease later and be taken away again).
+    leases.remove("run-1", 1)
+    assert leases._runs == {"run-1": 2}
+    leases.remove("run-1", 2)
+    assert leases._runs == {}

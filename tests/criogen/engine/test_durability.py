@@ -285,8 +285,8 @@ def test_a_fresh_async_run_keeps_its_lease_alive_past_the_lease_time(storage: St
     seen: list[Any] = []
 
     def slow(state: dict[str, Any], ctx: NodeContext) -> dict[str, Any]:
-        # Longer than the 1.5 s lease: only the heartbeat's renewals keep it.
-        time.sleep(2.5)
+        # Longer than the 3 s lease: only the heartbeat's renewals (every second) keep it.
+        time.sleep(4.5)
         info = storage.thread_info(ctx.thread_id)
         seen.append(None if info is None else info.lease_id == ctx.run_id)
         return {"steps": ["slow"]}
@@ -294,7 +294,7 @@ def test_a_fresh_async_run_keeps_its_lease_alive_past_the_lease_time(storage: St
     wf = Workflow(reducers={"steps": "append"})
     wf.add_node("slow", slow)
     wf.add_edge(START, "slow")
-    app = wf.compile(storage=storage, durability="async", lease_seconds=1.5)
+    app = wf.compile(storage=storage, durability="async", lease_seconds=3)
 
     result = app.run({"x": 1})
 

@@ -89,7 +89,7 @@ def test_the_owners_lists_and_the_ttl_sweep_keep_their_partial_indexes(plan: Any
     assert "criogen_thread_expires_idx" in due
 
 
-def test_a_thread_with_neither_owner_nor_ttl_has_no_entry_in_them(indexes: Any) -> None:
+def test_the_ttl_sweep_has_its_index_and_the_thread_id_no_prefix_twin(indexes: Any) -> None:
     thread = indexes("criogen_thread")
     assert ["expires_at"] in thread.values()
     assert not [name for name in thread if name.endswith("_like")]

@@ -34,6 +34,9 @@ def test_an_operator_resumes_a_workflow_and_watches_it_complete(
 ) -> None:
     tid = dashboard_server.start_hitl()
     page = signed_in("olga")
+    # The inbox's first live push re-renders the cards: a click before it may land on
+    # a card it replaces, and then nothing opens (it failed so once, under load).
+    wait_live(page)
     expect(card(page, tid)).to_be_visible()
     expect(card(page, tid)).to_contain_text("approve?")
     card(page, tid).get_by_role("link", name="Open").click()

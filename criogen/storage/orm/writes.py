@@ -55,18 +55,10 @@ _CP_ROW = (
 _VALUE_ROW = "(%s::varchar, %s::varchar, %s::int, %s::varchar, %s::int, %s::text)"
 _SCALAR_VALUE_ROWS = 8
 """Up to this many value rows, a one-checkpoint write binds scalars instead of arrays."""
-_HEAD_UPDATE = (
-    "UPDATE criogen_thread SET head_version = %s, head_id = %s, head_status = %s"
-    "{touch}{release} WHERE id = %s"
-    " AND head_version = %s AND (lease_id = %s OR %s IS NULL)"
-)
 _TOUCH = ", updated_at = %s"
 """In every head update but a run's mid-run steps (``CheckpointWrite.touch``): without
 it, the update changes no column of the thread's list indexes, and SQLite writes no
 index page for it (PostgreSQL makes it a heap-only update)."""
-_RELEASING_HEAD_UPDATE = _HEAD_UPDATE.format(touch=_TOUCH, release=_RELEASE)
-_STEP_HEAD_UPDATE = _HEAD_UPDATE.format(touch="", release="")
-_HEAD_UPDATE = _HEAD_UPDATE.format(touch=_TOUCH, release="")
 _THREAD_INSERT = (
     "INSERT INTO criogen_thread (id, created_at, updated_at, metadata, head_version, head_id,"
     " head_status, lease_id, lease_expires) VALUES (%s, %s, %s, '{}', %s, %s, %s, %s, %s)"
@@ -75,6 +67,23 @@ _THREAD_INSERT = (
 """A run's first write on a thread it creates (``CheckpointWrite.new_thread``): the row
 with its head and the run's lease, instead of a lease statement before the run and a
 head update at its first write. Inserts nothing when the thread exists."""
+
+
+def _head_sql(move: str, lease_cast: str = "") -> str:
+    """The statement that moves a thread's head (see :meth:`OrmWrites._head_move`);
+    ``lease_cast`` types the lease parameter where the database cannot infer it."""
+    if move == "create":
+        return _THREAD_INSERT
+    touch = "" if move == "step" else _TOUCH
+    release = _RELEASE if move == "release" else ""
+    return (
+        "UPDATE criogen_thread SET head_version = %s, head_id = %s, head_status = %s"  # noqa: S608
+        f"{touch}{release} WHERE id = %s"
+        f" AND head_version = %s AND (lease_id = %s OR %s{lease_cast} IS NULL)"
+    )
+
+
+_HEAD_SQL = {move: _head_sql(move) for move in ("create", "release", "touch", "step")}
 _CHECKPOINT_INSERT = (
     "INSERT INTO criogen_checkpoint (id, thread_id, version, run_id, source, status,"
     " parent_id, created_at, body) VALUES "
@@ -82,24 +91,13 @@ _CHECKPOINT_INSERT = (
 
 
 @functools.lru_cache(maxsize=64)
-def _pg_write_sql(
-    release: bool, values: int, audit: bool, create: bool = False, touch: bool = True
-) -> str:
-    """The one statement of a PostgreSQL checkpoint write: ``values`` scalar value rows
-    of one checkpoint, or (``-1``) any number of checkpoints and rows as arrays; the
-    head update gives the lease back with ``release`` and moves ``updated_at`` with
-    ``touch``, ``create`` inserts the thread row instead (:data:`_THREAD_INSERT`), and
-    ``audit`` adds one event. Built once per shape, so the prepared statement's text is
-    the same object."""
-    if create:
-        head = f"WITH head AS ({_THREAD_INSERT} RETURNING id),"  # noqa: S608
-    else:
-        head = (
-            "WITH head AS (UPDATE criogen_thread SET head_version = %s, head_id = %s,"  # noqa: S608
-            f" head_status = %s{_TOUCH if touch else ''}{_RELEASE if release else ''}"
-            " WHERE id = %s AND head_version = %s"
-            " AND (lease_id = %s OR %s::varchar IS NULL) RETURNING id),"
-        )
+def _pg_write_sql(move: str, values: int, audit: bool) -> str:
+    """The one statement of a PostgreSQL checkpoint write: the head's ``move``
+    (:meth:`OrmWrites._head_move`), then ``values`` scalar value rows of one
+    checkpoint, or (``-1``) any number of checkpoints and rows as arrays, and with
+    ``audit`` one event. Built once per shape, so the prepared statement's text is the
+    same object."""
+    head = f"WITH head AS ({_head_sql(move, '::varchar')} RETURNING id),"  # noqa: S608
     if values >= 0:
         sql = head + _CP_INSERT + f" SELECT {_CP_ROW} FROM head)"  # noqa: S608
         if values:
@@ -267,27 +265,8 @@ class OrmWrites(OrmAudit):
             for w in group:
                 created = db_time(w.checkpoint.created_at)
                 checkpoints += self._checkpoint_row(w.checkpoint, created)
-        if group[0].new_thread is not None:
-            cur.execute(_SQLITE_THREAD_INSERT, self._thread_row(group, created, lease_id, release))
-        elif release or _touches(group):
-            cur.execute(
-                _SQLITE_RELEASING_HEAD_UPDATE if release else _SQLITE_HEAD_UPDATE,
-                (
-                    last.version,
-                    last.id,
-                    last.status,
-                    created,
-                    thread_id,
-                    group[0].after,
-                    lease_id,
-                    lease_id,
-                ),
-            )
-        else:
-            cur.execute(
-                _SQLITE_STEP_HEAD_UPDATE,
-                (last.version, last.id, last.status, thread_id, group[0].after, lease_id, lease_id),
-            )
+        move, params = self._head_move(thread_id, group, created, lease_id, release)
+        cur.execute(_SQLITE_HEAD_SQL[move], params)
         if cur.rowcount != 1:
             return False
         values = self._value_params(group)
@@ -370,29 +349,9 @@ class OrmWrites(OrmAudit):
     ) -> bool:
         # Each checkpoint's time, as the database takes it, once.
         times = [self._db_time(w.checkpoint.created_at) for w in group]
-        last = group[-1].checkpoint
+        move, params = self._head_move(thread_id, group, times[-1], lease_id, release)
         with contextlib.nullcontext(cursor) if cursor is not None else self._cursor() as cur:
-            if group[0].new_thread is not None:
-                cur.execute(_THREAD_INSERT, self._thread_row(group, times[-1], lease_id, release))
-            else:
-                touch = release or _touches(group)
-                cur.execute(
-                    _RELEASING_HEAD_UPDATE
-                    if release
-                    else _HEAD_UPDATE
-                    if touch
-                    else _STEP_HEAD_UPDATE,
-                    [
-                        last.version,
-                        last.id,
-                        last.status,
-                        *([times[-1]] if touch else ()),
-                        thread_id,
-                        group[0].after,
-                        lease_id,
-                        lease_id,
-                    ],
-                )
+            cur.execute(_HEAD_SQL[move], params)
             if cur.rowcount != 1:
                 return False
             # One multi-row INSERT per table: executemany's per-row round trips through
@@ -419,22 +378,7 @@ class OrmWrites(OrmAudit):
         # the SQL text depends only on the batch's shape, so a run's statements reuse
         # a handful of plans.
         last = group[-1].checkpoint
-        create = group[0].new_thread is not None
-        touch = release or create or _touches(group)  # (an insert has no touch to skip)
-        params: list[Any] = (
-            self._thread_row(group, last.created_at, lease_id, release)
-            if create
-            else [
-                last.version,
-                last.id,
-                last.status,
-                *([last.created_at] if touch else ()),
-                thread_id,
-                group[0].after,
-                lease_id,
-                lease_id,
-            ]
-        )
+        move, params = self._head_move(thread_id, group, last.created_at, lease_id, release)
         values = self._value_params(group)
         rows = len(values) // 6
         if len(group) == 1 and rows <= _SCALAR_VALUE_ROWS:
@@ -442,7 +386,7 @@ class OrmWrites(OrmAudit):
             # arrays cost more client CPU than the statement's execution.
             params += self._checkpoint_row(last, last.created_at)
             params += values
-            sql = _pg_write_sql(release, rows, audit is not None, create, touch)
+            sql = _pg_write_sql(move, rows, audit is not None)
         else:
             cps = zip(
                 *(self._checkpoint_row(w.checkpoint, w.checkpoint.created_at) for w in group),
@@ -450,7 +394,7 @@ class OrmWrites(OrmAudit):
             )
             params += [list(col) for col in cps]
             params += [values[i::6] for i in range(6)]
-            sql = _pg_write_sql(release, -1, audit is not None, create, touch)
+            sql = _pg_write_sql(move, -1, audit is not None)
         if audit is not None:
             # The event too, from the same RETURNING: no head moved, no event.
             params += self._audit_row(audit)
@@ -471,17 +415,41 @@ class OrmWrites(OrmAudit):
             self._json_in(dict(e.details)),
         ]
 
-    def _thread_row(
-        self, group: Sequence[CheckpointWrite], updated: Any, lease_id: str | None, release: bool
-    ) -> list[Any]:
-        """The parameters of :data:`_THREAD_INSERT` for a run's first write on a thread it
-        creates: created and updated at ``updated`` (the write's last checkpoint's time,
-        as the database takes it), held by the run's lease unless the write also gives
-        it back."""
-        last = group[-1].checkpoint
-        held = None if release else lease_id
-        expires = time.time() + (group[0].new_thread or 0.0) if held is not None else 0.0
-        return [last.thread_id, updated, updated, last.version, last.id, last.status, held, expires]
+    def _head_move(
+        self,
+        thread_id: str,
+        group: Sequence[CheckpointWrite],
+        when: Any,
+        lease_id: str | None,
+        release: bool,
+    ) -> tuple[str, list[Any]]:
+        """How writing ``group`` moves its thread's head, and the parameters of that
+        statement (:func:`_head_sql`): ``create`` inserts the thread (a run's first write
+        on a thread it creates: created and updated at ``when``, held by the run's lease
+        unless the write gives it back), ``release`` moves the head and gives the lease
+        back (a run's last write), ``touch`` moves it and ``updated_at``, ``step`` only
+        the head (a run's mid-run step: ``CheckpointWrite.touch``). ``when`` is the last
+        checkpoint's time as the database takes it."""
+        first, last = group[0], group[-1].checkpoint
+        if first.new_thread is not None:
+            held = None if release else lease_id
+            expires = time.time() + first.new_thread if held is not None else 0.0
+            return "create", [
+                thread_id,
+                when,
+                when,
+                last.version,
+                last.id,
+                last.status,
+                held,
+                expires,
+            ]
+        move = "release" if release else "touch" if _touches(group) else "step"
+        params: list[Any] = [last.version, last.id, last.status]
+        if move != "step":
+            params.append(when)
+        params += (thread_id, first.after, lease_id, lease_id)
+        return move, params
 
     def _refused(self, thread_id: str, first: CheckpointWrite, lease_id: str | None) -> None:
         """Raise the error that explains why a write matched no thread row."""
@@ -558,10 +526,7 @@ def _values_sql(head: str, width: int, rows: int) -> str:
 
 
 _SQLITE_VALUE_HEAD = _VALUE_INSERT + " VALUES "
-_SQLITE_HEAD_UPDATE = _qmark(_HEAD_UPDATE)
-_SQLITE_RELEASING_HEAD_UPDATE = _qmark(_RELEASING_HEAD_UPDATE)
-_SQLITE_THREAD_INSERT = _qmark(_THREAD_INSERT)
-_SQLITE_STEP_HEAD_UPDATE = _qmark(_STEP_HEAD_UPDATE)
+_SQLITE_HEAD_SQL = {move: _qmark(sql) for move, sql in _HEAD_SQL.items()}
 
 
 def _touches(group: Sequence[CheckpointWrite]) -> bool:

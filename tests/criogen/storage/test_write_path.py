@@ -18,11 +18,12 @@ from criogen.engine.errors import ThreadBusy
 from criogen.engine.state import apply_update
 
 
-def three_steps(seen: list[Any], storage: Storage, thread_id: str) -> Workflow:
-    """START -> a -> b -> c; ``b`` records what another caller sees of the thread."""
+def three_steps(seen: list[Any], storage: Storage, thread_id: str, probe: Any = None) -> Workflow:
+    """START -> a -> b -> c; ``b`` records what another caller sees of the thread
+    (``probe(thread_id)``, by default its ``thread_info``)."""
 
     def b(state: dict[str, Any]) -> dict[str, Any]:
-        seen.append(storage.thread_info(thread_id))
+        seen.append((probe or storage.thread_info)(thread_id))
         return {"b": 1}
 
     wf = Workflow()
@@ -271,20 +272,14 @@ def test_a_run_moves_its_threads_updated_at_when_it_starts_and_when_it_ends(
     threads = Thread.objects.using(alias)
     seen: list[Any] = []
 
-    def b(state: dict[str, Any]) -> dict[str, Any]:
-        seen.append(threads.values_list("updated_at", flat=True).get(pk=thread_id))
-        return {"b": 1}
+    def updated_at(tid: str) -> Any:
+        return threads.values_list("updated_at", flat=True).get(pk=tid)
 
-    wf = Workflow()
-    wf.add_node("a", lambda s: {"a": 1})
-    wf.add_node("b", b)
-    wf.add_node("c", lambda s: {"c": 1})
-    wf.add_edge(START, "a").add_edge("a", "b").add_edge("b", "c")
-    app = wf.compile(storage=storage, durability="sync")
-    app.thread(thread_id).run({"x": 1})
+    wf = three_steps(seen, storage, thread_id, probe=updated_at)
+    wf.compile(storage=storage, durability="sync").thread(thread_id).run({"x": 1})
 
     first, *_, last = reversed(storage.history(thread_id))
     # In the middle of the run (after step a) the thread still shows the run's start:
     # its mid-run steps update the head without moving the lists' order.
     assert seen == [first.created_at]
-    assert threads.values_list("updated_at", flat=True).get(pk=thread_id) == last.created_at
+    assert updated_at(thread_id) == last.created_at
